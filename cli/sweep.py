@@ -1,14 +1,22 @@
-"""`gspo sweep`: Hydra's own multirun, driven from Typer.
+"""`gspo sweep` (= `gspo train -m`) and Hydra's own flags: Hydra's multirun, driven from Typer.
 
 Hydra's maintainers intend `@hydra.main` to own the command line, and the compose API alone gives up
-multirun and launchers; so the sweep hands its arguments to a `hydra.main` job with `--multirun`
-(sys.argv set, function called), and each job runs the same `train` as `gspo train`.
+multirun and launchers; so these commands hand their arguments to a `hydra.main` job (sys.argv set,
+function called), and each job runs the same `train` as `gspo train`. Any Hydra launcher or sweeper
+works (`hydra/launcher=joblib`, `hydra/sweeper=optuna`, from the optional extras).
+
+A sweep lives in results/sweeps/<stamp>/ (or hydra.sweep.dir=): Hydra's per-job folders, and
+runs/<job>.txt naming each job's run directory, written as the job starts, so `gspo report` finds the
+runs of a sweep that is still going or was killed. W&B: the sweep's runs share the group
+`sweep-<stamp>` and are tagged with their algorithm and swept values.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 import hydra
 import typer
@@ -16,29 +24,82 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from gspo.conf import GspoError, validate_config
+from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
+from gspo.trainer.report.runs import SWEEP_RUNS, sweep_runs
+
+QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+MULTIRUN = ("-m", "--multirun")
+INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
-def run_sweep(overrides: list[str]) -> None:
+def run_sweep(args: list[str], preset_keys: tuple[str, ...] = ()) -> Path:
+    """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir."""
     register_configs()
+    overrides = [a for a in args if a not in MULTIRUN]
+    jobs = check_sweep_overrides(overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir=results/sweeps/{stamp}",
-                "hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",
-                f"+hydra.job.env_set.GSPO_SWEEP={stamp}", *overrides]
+    given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
+    sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
+    os.environ["GSPO_SWEEP"] = stamp
+    os.environ["GSPO_SWEPT"] = " ".join(dict.fromkeys([*preset_keys, *swept_keys(overrides)]))
+    typer.echo(f"sweep {sweep_dir}: {jobs} job(s) from the command line's values", err=True)
+    sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
     _job()
+    runs = sweep_runs(sweep_dir)
+    typer.echo(f"sweep finished: {len(runs)} run(s), listed in {sweep_dir / SWEEP_RUNS}/")
+    for run in runs:
+        typer.echo(f"  {run}")
+    typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
+    return sweep_dir
+
+
+def run_hydra_flags(args: list[str]) -> None:
+    """Hydra's own informational flags (--cfg job|hydra|all, --resolve, --info): printed by Hydra itself."""
+    register_configs()
+    sys.argv = ["gspo train", *QUIET, *args]
+    _job()
+
+
+def _threads_per_job() -> int | None:
+    """A launcher running n jobs at once (joblib's n_jobs) gets cores // n torch threads per job."""
+    n_jobs = HydraConfig.get().launcher.get("n_jobs")
+    if not n_jobs:
+        return None
+    cores = os.cpu_count() or 1
+    return max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+
+
+def _name_job(cfg: DictConfig, job) -> None:
+    stamp = os.environ.get("GSPO_SWEEP", "sweep")
+    swept = os.environ.get("GSPO_SWEPT", "").split()
+    given = dict(o.split("=", 1) for o in job.override_dirname.split(",") if "=" in o)
+    with open_dict(cfg):
+        if cfg.run_id is None:
+            cfg.run_id = f"{stamp}-{job.num}-{cfg.algo.name}-s{cfg.seed}"
+        cfg.logger.group = cfg.logger.group or f"sweep-{stamp}"
+        tags = [f"algo={cfg.algo.name}"] + [f"{k}={given[k]}" for k in swept if k in given and k != "algo"]
+        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
 
 
 @hydra.main(config_path="pkg://gspo.conf", config_name="config", version_base="1.3")
 def _job(cfg: DictConfig) -> None:
+    import torch
+
     from gspo.trainer.loop import train
 
-    job = HydraConfig.get().job
+    hc = HydraConfig.get()
     try:
         validate_config(cfg)
-        if cfg.run_id is None:
-            with open_dict(cfg):
-                cfg.run_id = f"{job.env_set.get('GSPO_SWEEP', 'sweep')}-{job.num}-{cfg.algo.name}-s{cfg.seed}"
-        typer.echo(f"sweep job {job.num}: {' '.join(job.override_dirname.split(','))} -> {cfg.run_id}", err=True)
+        _name_job(cfg, hc.job)
+        threads = _threads_per_job()
+        if threads:
+            torch.set_num_threads(threads)
+        run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
+        record = Path(hc.sweep.dir) / SWEEP_RUNS / f"{hc.job.num}.txt"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(f"{run_dir}\n")
+        typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir}", err=True)
         train(cfg, log=lambda m: typer.echo(m, err=True))
     except GspoError as e:
         typer.echo(f"error: {e}", err=True)
