@@ -1,4 +1,4 @@
-"""`gspo eval` on a run's checkpoint, periodic benchmark evals in `gspo train`, and `gspo sweep`.
+"""`gspo eval` on a run's checkpoint and periodic benchmark evals in `gspo train` (sweeps: test_sweep_report.py).
 
 The tiny test model cannot solve AIME or write code; these tests check the plumbing end to end on the
 real benchmark records (rows, metrics, samples, the training engine, the shared graders), and that the
@@ -12,8 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import TINY
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "aime24.jsonl").exists(), reason="../shared/data not beside the repo")
@@ -94,18 +92,6 @@ def test_train_periodic_benchmark_eval_logs_eval_bench_metrics(gspo, tmp_path):
     evals = _rows(run / "evals.jsonl")
     assert {(e["benchmark"], e["step"]) for e in evals} == {("arith", 0), ("arith", 1), ("aime24", 0), ("aime24", 1)}
     assert len(_rows(run / "eval_samples.jsonl")) == 2 * 2
-
-
-def test_sweep_runs_each_job_through_train(gspo, tmp_path):
-    result = gspo.subprocess("sweep", *TINY, "algo=grpo,gspo", "train.steps=1", "logger.progress=false",
-                             f"output_dir={tmp_path / 'runs'}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert len(runs) == 2 and runs[0].endswith("-0-grpo-s0") and runs[1].endswith("-1-gspo-s0")
-    for name in runs:
-        status = json.loads((tmp_path / "runs" / name / "run.json").read_text())
-        assert status["status"] == "finished"
-    assert (tmp_path / "results" / "sweeps").is_dir()
 
 
 def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
