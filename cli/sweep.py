@@ -37,13 +37,12 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = ()) -> Path:
     """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir."""
     register_configs()
     overrides = [a for a in args if a not in MULTIRUN]
-    jobs = check_sweep_overrides(overrides)
+    check_sweep_overrides(overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
     sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
     os.environ["GSPO_SWEEP"] = stamp
     os.environ["GSPO_SWEPT"] = " ".join(dict.fromkeys([*preset_keys, *swept_keys(overrides)]))
-    typer.echo(f"sweep {sweep_dir}: {jobs} job(s) from the command line's values", err=True)
     sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
     _job()
     runs = sweep_runs(sweep_dir)
@@ -57,7 +56,8 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = ()) -> Path:
 def run_hydra_flags(args: list[str]) -> None:
     """Hydra's own informational flags (--cfg job|hydra|all, --resolve, --info): printed by Hydra itself."""
     register_configs()
-    sys.argv = ["gspo train", *QUIET, *args]
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    sys.argv = ["gspo train", *[a for a in args if a not in overrides], *QUIET, *overrides]
     _job()
 
 

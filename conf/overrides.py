@@ -9,8 +9,6 @@ their bounds' key only.
 
 from __future__ import annotations
 
-import math
-
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 
@@ -40,15 +38,13 @@ def _parse(overrides: list[str]) -> list:
     return parsed
 
 
-def check_sweep_overrides(overrides: list[str]) -> int:
-    """Raise a GspoError for the first override Hydra cannot parse or compose; return the number of jobs
-    a grid sweep of these overrides runs."""
+def check_sweep_overrides(overrides: list[str]) -> None:
+    """Raise a GspoError for the first override Hydra cannot parse or compose."""
     choices = [_values(o) for o in _parse(overrides) if not o.is_hydra_override()]
     base = [c[0] if c else None for c in choices]
     combos = [base] + [base[:i] + [v] + base[i + 1:] for i, values in enumerate(choices) for v in values[1:]]
     for combo in combos:
         compose_config([x for x in combo if x is not None])
-    return math.prod(max(1, len(c)) for c in choices)
 
 
 def swept_keys(overrides: list[str]) -> list[str]:

@@ -157,3 +157,21 @@ def test_train_takes_hydras_flags(gspo, tmp_path, monkeypatch):
     result = gspo.invoke("train", "--cfg", "hydra")
     assert "sweeper" in yaml.safe_load(result.stdout)["hydra"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_rows_say_how_they_were_made_and_grade_reads_our_own_files(gspo, sweep_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(_runs(sweep_dir)[0], run)
+    training = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
+    result = gspo.invoke("eval", f"run={run}", "bench=arith", "temperature=0", "max_new_tokens=12")
+    assert result.exit_code == 0, (result.exception, result.output)
+    evaluated = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()][len(training):]
+    assert [(r["step"], r["temperature"]) for r in training] == [(0, 1.0), (0, 0.0), (2, 1.0), (2, 0.0)]
+    assert {r["metric"] for r in training} == {"pass@1"} and {"pass@1", "n_problems"} <= {r["metric"] for r in evaluated}
+    assert all((r["top_p"], r["max_new_tokens"], r["k"]) == (1.0, 16, 1) for r in training)
+    assert all((r["temperature"], r["top_p"], r["max_new_tokens"], r["k"]) == (0.0, 1.0, 12, 1) for r in evaluated)
+    for name, n in (("samples.jsonl", 2 * 4), ("eval_samples.jsonl", 8)):  # samples_per_step x steps; eval_size
+        result = gspo.invoke("grade", "math", str(run / name))
+        assert result.exit_code == 0, (name, result.output)
+        graded = (run / name.replace(".jsonl", ".graded.jsonl")).read_text().splitlines()
+        assert len(graded) == n and f"graded {n} rows" in result.stdout
