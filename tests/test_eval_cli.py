@@ -103,7 +103,10 @@ def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     logs = [p for p in (run / "wandb").glob("offline-run-*/run-*.wandb")]
     assert len(logs) == 1
-    history = history_by_step(read_records(logs[0]))
+    records = read_records(logs[0])
+    (record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (record.run_group, record.job_type) == ("finished", "eval")  # the training run's own group
+    history = history_by_step(records)
     logged = {k: v for step in history.values() for k, v in step.items() if k.startswith("eval/")}
     rows = {r["metric"]: r["value"] for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and r["step"] == 2
             and r["metric"] in ("pass@1", "n_problems")}

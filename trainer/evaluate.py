@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer.loggers import start_wandb, wandb_group, wandb_mode
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
 from gspo.trainer.tasks import Task
@@ -130,12 +131,10 @@ def run_eval(req: EvalRequest, log=print) -> Path:
 
 def _eval_wandb(req: EvalRequest, out_dir: Path, info: dict):
     """A W&B run for this eval, grouped with the training run it evaluates (None when disabled)."""
-    from gspo.trainer.loggers import start_wandb, wandb_mode
-
     mode = wandb_mode(req.wandb)
     if mode == "disabled":
         return None
-    return start_wandb(mode, out_dir, project="gspo", job_type="eval", group=out_dir.name if req.run else None,
+    return start_wandb(mode, out_dir, project="gspo", job_type="eval", group=info.get("group"),
                        name=f"eval-{Path(info['model']).name}",
                        config={"model": info["model"], "step": info["step"], "benches": req.benches, "k": req.k})
 
@@ -177,6 +176,7 @@ def _eval_model(req: EvalRequest, log):
         model, tok = load_policy(cfg, log, path=str(ckpt))
         step = int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
         return model, tok, {"model": str(ckpt), "step": step, "chat": cfg.model.chat_template,
+                            "group": wandb_group(cfg, run.path.name),
                             "temperature": cfg.rollout.temperature, "max_new_tokens": cfg.rollout.max_new_tokens}
     if req.model == "tiny":
         cfg = compose_config([])

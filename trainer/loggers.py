@@ -75,9 +75,14 @@ def start_wandb(mode: str, folder: Path, **init):
                       settings=wandb.Settings(console="off", x_disable_stats=True), **init)
 
 
+def wandb_group(cfg, run_id: str) -> str:
+    """A sweep's runs share its group (sweep-<stamp>); a lone run is its own group, which its evals join."""
+    return cfg.logger.group or run_id
+
+
 def _start_wandb(run: RunDir, cfg, config_dict: dict, mode: str):
     return start_wandb(
-        mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity, group=cfg.logger.group,
-        tags=list(cfg.logger.tags) or None, name=run.path.name, id=run.path.name.replace("/", "-"),
+        mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity, group=wandb_group(cfg, run.path.name),
+        job_type="train", tags=list(cfg.logger.tags) or None, name=run.path.name, id=run.path.name.replace("/", "-"),
         resume="allow", config=config_dict,
     )
