@@ -17,6 +17,8 @@ def report_cmd(
     paths: list[Path] = typer.Argument(None, help="Run directories and/or sweep directories (results/sweeps/<stamp>)."),
     out: Path = typer.Option(None, "--out", help="Output folder; default: <sweep>/report for one sweep, "
                              "else results/reports/<time>."),
+    wandb: str = typer.Option("runs", "--wandb", help="auto|online|offline|disabled, or runs: as the runs' "
+                              "logger.wandb. Logs the plots and the summary table in the runs' W&B group."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds."""
@@ -24,7 +26,8 @@ def report_cmd(
     if out is None:
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
-    report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}")
+    report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}",
+                          wandb=wandb)
     print_report(report)
 
 

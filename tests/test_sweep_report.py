@@ -175,3 +175,13 @@ def test_eval_rows_say_how_they_were_made_and_grade_reads_our_own_files(gspo, sw
         assert result.exit_code == 0, (name, result.output)
         graded = (run / name.replace(".jsonl", ".graded.jsonl")).read_text().splitlines()
         assert len(graded) == n and f"graded {n} rows" in result.stdout
+
+
+def test_report_logs_plots_and_summary_to_wandb_when_on(gspo, sweep_dir, tmp_path):
+    out = tmp_path / "out"
+    result = gspo.invoke("report", str(sweep_dir), "--out", str(out), "--wandb", "offline")
+    assert result.exit_code == 0, (result.exception, result.output)
+    (files,) = out.glob("wandb/offline-run-*/files")
+    pngs = sorted(out.glob("*.png"))
+    assert len(list(files.glob("media/images/report/*.png"))) == len(pngs) > 0
+    assert len(list(files.glob("media/table/report/summary_*.table.json"))) == 1

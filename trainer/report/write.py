@@ -19,6 +19,7 @@ from gspo.trainer.report.plots import write_plots
 from gspo.trainer.report.runs import Run, load_runs
 from gspo.trainer.report.stats import Interval, excludes_zero
 from gspo.trainer.report.tables import Headline, arm_table, diff_table, headlines, status_table, summary_frame
+from gspo.trainer.report.tracker import log_report, report_wandb_mode
 
 
 @dataclass
@@ -30,7 +31,8 @@ class Report:
     notes: list[str]  # what the report left out or could not use, also written into the report
 
 
-def write_report(paths: list, out_dir: Path, command: str = "") -> Report:
+def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs") -> Report:
+    """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py)."""
     runs, notes = load_runs(paths)
     arms = group_arms(runs)
     task = runs[0].config.get("task.name", "arith")
@@ -44,7 +46,11 @@ def write_report(paths: list, out_dir: Path, command: str = "") -> Report:
     blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
-    summary_frame(arms, keys, heads).to_csv(out_dir / "summary.csv", index=False)
+    summary = summary_frame(arms, keys, heads)
+    summary.to_csv(out_dir / "summary.csv", index=False)
+    mode = report_wandb_mode(wandb, runs)
+    if mode != "disabled":
+        log_report(mode, runs, out_dir, plots, summary)
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *(p for _, p in plots)]
     first = heads[0] if heads else None
     table = arm_table(arms, first) if first else pd.DataFrame()
