@@ -3,16 +3,20 @@
 Hydra's maintainers intend `@hydra.main` to own the command line, and the compose API alone gives up
 multirun and launchers; so these commands hand their arguments to a `hydra.main` job (sys.argv set,
 function called), and each job runs the same `train` as `gspo train`. Any Hydra launcher or sweeper
-works (`hydra/launcher=joblib`, `hydra/sweeper=optuna`, from the optional extras).
+works (`hydra/launcher=joblib|submitit_local`, `hydra/sweeper=optuna`, from the optional extras); a job
+returns the final value of `objective=` (default eval/<task>/accuracy) for a search sweeper to maximize
+or minimize (hydra.sweeper.direction=). A launcher that runs n jobs at once gets cores // n torch
+threads per job, so parallel jobs do not oversubscribe the cores.
 
 A sweep lives in results/sweeps/<stamp>/ (or hydra.sweep.dir=): Hydra's per-job folders, and
-runs/<job>.txt naming each job's run directory, written as the job starts, so `gspo report` finds the
-runs of a sweep that is still going or was killed. W&B: the sweep's runs share the group
+runs/<job>.json naming each job's run directory (with its process id, start and end time), written as
+the job starts and as it ends, so `gspo report` finds the runs of a sweep still going or killed. W&B: the sweep's runs share the group
 `sweep-<stamp>` and are tagged with their algorithm and swept values.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -26,7 +30,9 @@ from omegaconf import DictConfig, open_dict
 from gspo.conf import GspoError, validate_config
 from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
-from gspo.trainer.report.runs import SWEEP_RUNS, sweep_runs
+from gspo.trainer.report.runs import SWEEP_RUNS, load_run, sweep_runs
+from gspo.trainer.report.tables import run_value
+from gspo.trainer.rundir import atomic_write_text
 
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 MULTIRUN = ("-m", "--multirun")
@@ -82,8 +88,13 @@ def _name_job(cfg: DictConfig, job) -> None:
         cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
 
 
+def _record(hc, record: dict) -> None:
+    atomic_write_text(Path(hc.sweep.dir) / SWEEP_RUNS / f"{hc.job.num}.json", json.dumps(record) + "\n")
+
+
 @hydra.main(config_path="pkg://gspo.conf", config_name="config", version_base="1.3")
-def _job(cfg: DictConfig) -> None:
+def _job(cfg: DictConfig) -> float:
+    """One training run; returns the final value of cfg.objective (what a search sweeper optimizes)."""
     import torch
 
     from gspo.trainer.loop import train
@@ -96,11 +107,13 @@ def _job(cfg: DictConfig) -> None:
         if threads:
             torch.set_num_threads(threads)
         run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
-        record = Path(hc.sweep.dir) / SWEEP_RUNS / f"{hc.job.num}.txt"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(f"{run_dir}\n")
-        typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir}", err=True)
+        record = {"run_dir": str(run_dir), "pid": os.getpid(), "started": time.time()}
+        _record(hc, record)
+        typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir} "
+                   f"(torch threads {torch.get_num_threads()})", err=True)
         train(cfg, log=lambda m: typer.echo(m, err=True))
+        _record(hc, record | {"ended": time.time()})
+        return run_value(load_run(run_dir), cfg.objective or f"eval/{cfg.task.name}/accuracy", "final")
     except GspoError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)

@@ -26,7 +26,9 @@ def _metrics(run: Path) -> list[dict]:
 
 
 def _runs(sweep: Path) -> list[Path]:
-    return [Path(f.read_text().strip()) for f in sorted((sweep / "runs").glob("*.txt"))]
+    jobs = [json.loads(f.read_text()) for f in sorted((sweep / "runs").glob("*.json"))]
+    assert all(job["started"] < job["ended"] for job in jobs)
+    return [Path(job["run_dir"]) for job in jobs]
 
 
 @pytest.fixture(scope="module")

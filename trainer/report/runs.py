@@ -1,7 +1,7 @@
 """Read run directories for a report: offline, from the files a run leaves, whatever its state.
 
 A path may be a run directory (it has config.yaml) or a sweep directory (it lists its runs in
-runs/<job>.txt, written by each job as it starts). A run still going, failed or killed is read as it
+runs/<job>.json, written by each job as it starts and again as it ends). A run still going, failed or killed is read as it
 is: its metrics up to the last whole row and its status as run.json says (a run killed with SIGKILL
 still says "running"; the report shows that with its last step).
 """
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
 
-SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.txt holds the path of that job's run directory
+SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended"} of that job
 
 
 @dataclass
@@ -72,10 +72,21 @@ def load_run(path: Path) -> Run:
     return Run(path, flatten(OmegaConf.to_container(OmegaConf.load(config), resolve=True)), status, metrics, torn)
 
 
+def sweep_jobs(path: Path) -> list[dict]:
+    """What a sweep recorded of each job, in job order (a torn record, from a killed job, is skipped)."""
+    files = sorted((path / SWEEP_RUNS).glob("*.json"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0)
+    jobs = []
+    for f in files:
+        try:
+            jobs.append(json.loads(f.read_text()))
+        except json.JSONDecodeError:
+            continue
+    return jobs
+
+
 def sweep_runs(path: Path) -> list[Path]:
     """The run directories a sweep recorded, in job order."""
-    files = sorted((path / SWEEP_RUNS).glob("*.txt"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0)
-    return [Path(f.read_text().strip()) for f in files]
+    return [Path(job["run_dir"]) for job in sweep_jobs(path)]
 
 
 def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
