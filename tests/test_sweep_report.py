@@ -144,8 +144,9 @@ def test_bad_report_input_is_one_line_and_writes_nothing(gspo, sweep_dir, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_sweep_override_fails_before_any_job(gspo, tmp_path):
-    result = gspo.subprocess("sweep", "algo=grpo,nope", "seed=0,1", cwd=tmp_path, timeout=120)
+@pytest.mark.parametrize("command", [["sweep"], ["train", "-m"]])
+def test_bad_sweep_override_fails_before_any_job(gspo, tmp_path, command):
+    result = gspo.subprocess(*command, "seed=0,1", "algo=grpo,nope", cwd=tmp_path, timeout=120)
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
     assert result.returncode == 2 and len(errors) == 1 and "algo/nope" in errors[0], result.stderr
     assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []
