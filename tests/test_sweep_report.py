@@ -61,6 +61,8 @@ def test_report_writes_every_file(report):
     md = (report / "report.md").read_text()
     for png in (p for p in names if p.endswith(".png")):
         assert f"]({png})" in md
+    assert "With 2 seeds in the smallest arm" in md and "| algo.name=gspo - algo.name=grpo |" in md
+    assert md.count("| finished | 2 | 2 |") == 4  # each run's status, step and configured steps
 
 
 def test_summary_and_tables_equal_the_runs_own_metrics(report, sweep_dir):

@@ -6,7 +6,6 @@ models stop the report with one error and leave the output folder untouched.
 
 from __future__ import annotations
 
-import math
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,25 +97,23 @@ def _results(arms: list[Arm], heads: list[Headline]) -> list[Block]:
 
 
 def _finding(h: Headline, name: str, ci: Interval) -> tuple[bool, str]:
-    if math.isnan(ci.mean):
-        return False, f"{h.metric}: not logged by both arms"
     return excludes_zero(ci), f"{h.metric} ({h.reduce}), {name}: {_ci_text(ci)}"
 
 
 def _summary_sentence(arms: list[Arm], findings: list[tuple[bool, str]]) -> str:
-    n = min(len(a.runs) for a in arms)
     if len(arms) < 2:
         return (f"One arm ({len(arms[0].runs)} runs): there is nothing to compare; the tables give each metric's "
                 "spread across seeds.")
+    n = min(len(a.runs) for a in arms)
+    if n < 2:
+        return ("An arm has a single seed, so there are no intervals and this data supports no claim that the arms "
+                "differ; run more seeds (seed=0,1,2) for intervals.")
     supported = [text for ok, text in findings if ok]
-    unsure = [text for ok, text in findings if not ok]
-    parts = [f"With as few as {n} seed(s) per arm, on this one configuration only:"]
-    if supported:
-        parts.append("the 95% intervals exclude zero for " + "; ".join(supported) + ".")
-    if unsure:
-        parts.append("The intervals include zero, or do not exist, for " + "; ".join(unsure) +
-                     ": the data does not show a difference there (nor that there is none).")
-    return " ".join(parts)
+    head = (f"With {n} seeds in the smallest arm, on this one configuration, the 95% interval of the difference "
+            f"excludes zero for {len(supported)} of {len(findings)} comparisons")
+    rest = (f"; for the other {len(findings) - len(supported)} it includes zero, so the data shows no difference "
+            "there (nor that there is none). The intervals are not corrected for making several comparisons.")
+    return head + (": " + "; ".join(supported) if supported else "") + rest
 
 
 def _notes(runs: list[Run], notes: list[str]) -> list[str]:
