@@ -111,6 +111,8 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"logger.wandb={cfg.logger.wandb!r}: use auto, online, offline or disabled")
     if cfg.model.dtype not in ("float32", "bfloat16", "float16"):
         raise GspoError(f"model.dtype={cfg.model.dtype!r}: use float32, bfloat16 or float16")
+    if t.precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise GspoError(f"train.precision={t.precision!r}: use auto, fp32, bf16 or fp16")
     if cfg.task.kind not in ("arith", "math"):
         raise GspoError(f"task.kind={cfg.task.kind!r}: use arith or math")
     if cfg.model.name is None:

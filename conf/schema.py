@@ -47,7 +47,7 @@ class TinyModelConfig:
 @dataclass
 class ModelConfig:
     name: str | None = "tiny"  # "tiny" (embedded), a Hugging Face id, or a local path
-    dtype: str = "float32"  # float32, bfloat16 or float16
+    dtype: str = "float32"  # storage of the weights: float32, bfloat16 or float16 (compute: train.precision)
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
     chat_template: bool = False  # wrap prompts in the tokenizer's chat template
@@ -119,6 +119,7 @@ class TrainConfig:
     save_every: int = 10  # steps between checkpoints (a killed run resumes from the last); 0: only the final one
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
+    precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
 
 
 @dataclass

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.coldstart import ColdStartSpec, cold_start_path
-from gspo.trainer.models import load_pretrained
+from gspo.trainer.models import DTYPES, load_pretrained
+from gspo.trainer.precision import check_precision, resolve_precision
 
 
 def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = None):
@@ -30,3 +31,11 @@ def tiny_spec(cfg) -> ColdStartSpec:
         sft_target_accuracy=t.sft_target_accuracy, sft_seed=t.sft_seed, min_digits=cfg.task.min_digits,
         max_digits=cfg.task.max_digits, ops=cfg.task.ops, max_new_tokens=cfg.rollout.max_new_tokens,
     )
+
+
+def checked_precision(cfg, model, device) -> str:
+    """`train.precision` resolved against the model's storage dtype and checked on `device`."""
+    storage = next(model.parameters()).dtype
+    precision = resolve_precision(cfg.train.precision, DTYPES[cfg.model.dtype])
+    check_precision(precision, storage, device)
+    return precision

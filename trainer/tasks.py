@@ -37,6 +37,10 @@ class Task:
     def reward(self, response: str, gold: str) -> float:
         return 1.0 if self.grader(response, gold) else 0.0
 
+    def rewards(self, responses: list[str], golds: list[str]) -> list[float]:
+        """Rewards of a batch of responses (a code task grades them in parallel)."""
+        return [self.reward(r, g) for r, g in zip(responses, golds, strict=True)]
+
 
 def build_task(cfg) -> Task:
     """A Task from the `task` config group."""
