@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from gspo.algos import frac_zero_std_groups, group_advantages
 from gspo.conf.compose import config_to_yaml
 from gspo.evals.benchmarks import load_benchmark
-from gspo.trainer.engines import make_engine
+from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_task
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
@@ -45,15 +45,17 @@ def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
+    device = pick_device(cfg.device)
+    precision_name = checked_precision(cfg, device)
+    require_engine(cfg.rollout)
     run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
     run = RunDir.open(cfg.output_dir, run_id, resume=cfg.resume)
     ckpt = run.latest_checkpoint() if cfg.resume else None
     if cfg.resume and ckpt is None:
         log(f"resume: {run.path} has no checkpoint yet, starting over from step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
-    device = pick_device(cfg.device)
     model.to(device)
-    precision = Precision(model, checked_precision(cfg, model, device), device)
+    precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision) if ckpt else 0
@@ -113,9 +115,12 @@ def _reference(cfg, model, log, *, resumed: bool):
 
 
 def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:
+    """Prompt texts, each repeated `repeat` times; with `chat`, in the tokenizer's chat template with the
+    item's system message, as `gspo eval` builds benchmark prompts."""
     texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": it.prompt}], tokenize=False,
-                                      add_generation_prompt=True) if chat else it.prompt
+        tokenizer.apply_chat_template([*([{"role": "system", "content": it.system}] if it.system else []),
+                                       {"role": "user", "content": it.prompt}],
+                                      tokenize=False, add_generation_prompt=True) if chat else it.prompt
         for it in items
     ]
     return [t for t in texts for _ in range(repeat)]

@@ -14,8 +14,11 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
     """(model, tokenizer) for `cfg.model`; `path` (a checkpoint folder) overrides where weights come from."""
     m = cfg.model
     if path is None and m.name == "tiny":
-        if cfg.task.kind != "arith":
+        if cfg.task.kind == "math":
             raise GspoError("model=tiny speaks only the embedded arith task: use task=arith, or a real model")
+        if cfg.task.kind == "code":
+            log("model=tiny knows only arithmetic: on task=code it writes no code (an end-to-end check of the "
+                "task, not training)")
         path = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log))
     return load_pretrained(path or m.name, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
                            attn_implementation=m.attn_implementation,
@@ -33,9 +36,9 @@ def tiny_spec(cfg) -> ColdStartSpec:
     )
 
 
-def checked_precision(cfg, model, device) -> str:
-    """`train.precision` resolved against the model's storage dtype and checked on `device`."""
-    storage = next(model.parameters()).dtype
-    precision = resolve_precision(cfg.train.precision, DTYPES[cfg.model.dtype])
+def checked_precision(cfg, device) -> str:
+    """`train.precision` resolved against the storage dtype `model.dtype` and checked on `device`."""
+    storage = DTYPES[cfg.model.dtype]
+    precision = resolve_precision(cfg.train.precision, storage)
     check_precision(precision, storage, device)
     return precision
