@@ -22,6 +22,7 @@ class AlgoConfig:
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
+    routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
 
 
 @dataclass
@@ -34,6 +35,9 @@ class TinyModelConfig:
     intermediate_size: int = 512
     num_heads: int = 4
     num_kv_heads: int = 2
+    num_experts: int = 0  # 0: dense MLPs; > 0: Qwen3-MoE with this many experts in every layer (model=tiny-moe)
+    experts_per_token: int = 2  # MoE top-k
+    moe_intermediate_size: int = 128  # each expert's MLP width
     sft_lr: float = 3e-3  # cold-start fine-tune
     sft_batch_size: int = 32
     sft_max_steps: int = 1500
@@ -82,6 +86,7 @@ class RolloutConfig:
     top_p: float = 1.0
     max_new_tokens: int = 64
     use_engine_logprobs: bool = False  # take old log-probs from the sampler instead of recomputing
+    dtype: str = "auto"  # hf engine: auto (the model's) or bfloat16/float16 autocast, a sampler less precise than the trainer
     batch_size: int = 256  # completions generated per generate() call
     # vllm only
     gpu_memory_utilization: float = 0.5

@@ -13,19 +13,22 @@ from __future__ import annotations
 import hashlib
 import signal
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
-from gspo.algos import frac_zero_std_groups, group_advantages
+from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
+from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.engines import make_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_task
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import pick_device
+from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import load_policy
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
@@ -49,6 +52,9 @@ def train(cfg, log=print) -> Path:
     if cfg.resume and ckpt is None:
         log(f"resume: {run.path} has no checkpoint yet, starting over from step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
+    if cfg.algo.routing_replay and not find_routers(model):
+        raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
+                        "top-k router modules")
     model.to(pick_device(cfg.device))
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(model, cfg.train)
@@ -62,12 +68,13 @@ def train(cfg, log=print) -> Path:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True))
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model)
+        routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
         if start == 0:
             loggers.metrics(0, _evaluate(cfg, engine, task, benches, 0, loggers, log))
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
-                row = train_step(cfg, step, model, ref_model, engine, task, optimizer, scheduler, loggers)
+                row = train_step(cfg, step, model, ref_model, engine, task, optimizer, scheduler, loggers, routing)
                 last = step == cfg.train.steps
                 if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
@@ -116,7 +123,8 @@ def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1)
     return [t for t in texts for _ in range(repeat)]
 
 
-def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, scheduler, loggers) -> dict:
+def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, scheduler, loggers,
+               routing: RoutingRecorder | None = None) -> dict:
     """One rollout batch and its updates; returns the step's metrics row."""
     t0 = time.perf_counter()
     t, G = cfg.train, cfg.train.group_size
@@ -127,9 +135,10 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, sched
     rewards = torch.tensor([task.reward(text, gold) for text, gold in zip(rollout.texts, golds, strict=True)])  # [N]
     advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
     t1 = time.perf_counter()
-    old_logp, entropy = _score(model, rollout, cfg, with_entropy=True)
+    old_logp, entropy = _score(model, rollout, cfg, with_entropy=True, routing=routing)
     ref_logp = _score(ref_model, rollout, cfg)[0] if ref_model is not None else None
-    batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp, ref_logp)
+    batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp, ref_logp,
+                  routing)
     metrics = update(model, optimizer, scheduler, batch, algo=cfg.algo, train=t,
                      temperature=cfg.rollout.temperature, seed=step_seed(cfg.seed, step, "shuffle"))
     engine.sync_weights(model)
@@ -146,27 +155,32 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, sched
         "completion/truncated_frac": rollout.truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
         **metrics,
+        **({k: v.item() for k, v in routing.metrics().items()} if routing is not None else {}),
         "time/rollout_s": t1 - t0,
         "time/update_s": t2 - t1,
         "time/step_s": t2 - t0,
         "throughput/tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
     }
     if rollout.engine_logp is not None:
-        diff = (rollout.engine_logp - old_logp).abs() * mask
-        row["mismatch/logp_abs_diff"] = (diff.sum() / mask.sum().clamp(min=1)).item()
+        row |= {k: v.item() for k, v in mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=mask,
+                                                         clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high).items()}
     loggers.samples(_samples(step, prompts, rollout, rewards, golds, cfg.logger.samples_per_step))
     return row
 
 
 @torch.no_grad()
-def _score(model, rollout: Rollout, cfg, *, with_entropy: bool = False):
-    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory."""
+def _score(model, rollout: Rollout, cfg, *, with_entropy: bool = False, routing: RoutingRecorder | None = None):
+    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory; with
+    `routing`, the experts each token was sent to are recorded for the update (MoE models)."""
     rows = cfg.train.micro_batch_size or max(1, rollout.input_ids.shape[0] // cfg.train.minibatches)
+    if routing is not None:
+        routing.start_batch(rollout.attention_mask)
     logps, ents = [], []
     for s in range(0, rollout.input_ids.shape[0], rows):
-        lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
-                                      rollout.n_completion, temperature=cfg.rollout.temperature,
-                                      chunk=cfg.train.logprob_chunk, with_entropy=with_entropy)
+        with routing.recording(slice(s, s + rows)) if routing is not None else nullcontext():
+            lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
+                                          rollout.n_completion, temperature=cfg.rollout.temperature,
+                                          chunk=cfg.train.logprob_chunk, with_entropy=with_entropy)
         logps.append(lp * rollout.completion_mask[s : s + rows])
         ents.append(ent)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo.algos import policy_loss
+from gspo.algos import policy_loss, ratio_diagnostics
 from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.moe import RoutingRecorder
 from gspo.trainer.rollout import Rollout
 
 SEQUENCE_METRICS = ("clip/seq_frac", "ratio/seq_mean")  # means over sequences; the rest are over tokens
@@ -27,17 +28,19 @@ class Batch:
     advantages: torch.Tensor  # [N]
     old_logp: torch.Tensor  # [N, T]
     ref_logp: torch.Tensor | None  # [N, T]
+    routing: RoutingRecorder | None = None  # the old policy's expert choices (MoE models)
 
 
 def update(model, optimizer, scheduler, batch: Batch, *, algo, train, temperature: float, seed: int) -> dict:
     """Run the updates for one rollout batch; returns metrics reduced over all of them."""
     n = batch.advantages.shape[0]
     per_update: list[dict[str, torch.Tensor]] = []
+    used: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-ratio, mask) of every micro-batch, detached
     gen = torch.Generator().manual_seed(seed)
     for _ in range(train.epochs):
         order = torch.randperm(n, generator=gen)
         for idx in order.chunk(train.minibatches):
-            metrics = _minibatch_step(model, batch, idx, algo=algo, train=train, temperature=temperature)
+            metrics = _minibatch_step(model, batch, idx, used, algo=algo, train=train, temperature=temperature)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
             metrics["optim/grad_norm"] = grad_norm.detach()
             metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0])
@@ -45,16 +48,18 @@ def update(model, optimizer, scheduler, batch: Batch, *, algo, train, temperatur
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             per_update.append(metrics)
-    return reduce_metrics(per_update)
+    if batch.routing is not None:
+        batch.routing.stop()
+    return reduce_metrics(per_update) | _diagnostics(used)
 
 
-def _minibatch_step(model, batch: Batch, idx: torch.Tensor, *, algo, train, temperature: float) -> dict:
+def _minibatch_step(model, batch: Batch, idx: torch.Tensor, used: list, *, algo, train, temperature: float) -> dict:
     mask = batch.rollout.completion_mask[idx]
     seq_den, tok_den = float(len(idx)), float(mask.sum().clamp(min=1))
     micro = train.micro_batch_size or len(idx)
     sums: dict[str, torch.Tensor] = {}
     for part in idx.split(micro):
-        loss, metrics = _micro_loss(model, batch, part, algo=algo, temperature=temperature,
+        loss, metrics = _micro_loss(model, batch, part, used, algo=algo, temperature=temperature,
                                     seq_den=seq_den, tok_den=tok_den, chunk=train.logprob_chunk)
         loss.backward()
         # micro-batch metrics are means over its sequences or its tokens: weight by that share
@@ -64,21 +69,34 @@ def _minibatch_step(model, batch: Batch, idx: torch.Tensor, *, algo, train, temp
     return sums
 
 
-def _micro_loss(model, batch: Batch, part, *, algo, temperature, seq_den, tok_den, chunk):
+def _micro_loss(model, batch: Batch, part, used: list, *, algo, temperature, seq_den, tok_den, chunk):
     r = batch.rollout
     mask = r.completion_mask[part]
     width = int(mask.sum(-1).max().item()) or 1  # drop all-padding columns at the right
     prompt_len = r.input_ids.shape[1] - r.n_completion
     cols = slice(0, prompt_len + width)
+    if batch.routing is not None:  # stays set through backward, which may recompute this forward
+        batch.routing.updating(part, cols)
     logp, _ = completion_logprobs(model, r.input_ids[part, cols], r.attention_mask[part, cols], width,
                                   temperature=temperature, chunk=chunk)
     ref = batch.ref_logp[part, :width] if batch.ref_logp is not None else None
+    old = batch.old_logp[part, :width]
+    used.append(((logp.detach() - old) * mask[:, :width], mask[:, :width]))
     return policy_loss(
-        algo.name, logp=logp, old_logp=batch.old_logp[part, :width], advantages=batch.advantages[part],
+        algo.name, logp=logp, old_logp=old, advantages=batch.advantages[part],
         mask=mask[:, :width], clip_low=algo.clip_low, clip_high=algo.clip_high,
         aggregation=algo.aggregation, max_len=r.n_completion, ref_logp=ref, kl_beta=algo.kl_beta,
         seq_denominator=seq_den, token_denominator=tok_den,
     )
+
+
+def _diagnostics(used: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+    """diag/* over the log-ratios of every sequence as each update used it (gspo.algos.ratio_diagnostics)."""
+    width = max(lr.shape[1] for lr, _ in used)
+    pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for pair in used for x in pair]
+    log_ratio, mask = torch.cat(pad[0::2]), torch.cat(pad[1::2])
+    diag = ratio_diagnostics(log_ratio=log_ratio, mask=mask)
+    return dict(zip(diag, torch.stack(list(diag.values())).tolist(), strict=True)) if diag else {}
 
 
 def _combine(key: str, acc, value: torch.Tensor, weight: float) -> torch.Tensor:
