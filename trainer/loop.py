@@ -155,7 +155,6 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, sched
         "completion/truncated_frac": rollout.truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
         **metrics,
-        **({k: v.item() for k, v in routing.metrics().items()} if routing is not None else {}),
         "time/rollout_s": t1 - t0,
         "time/update_s": t2 - t1,
         "time/step_s": t2 - t0,

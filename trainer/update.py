@@ -48,9 +48,11 @@ def update(model, optimizer, scheduler, batch: Batch, *, algo, train, temperatur
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             per_update.append(metrics)
+    routing = {}
     if batch.routing is not None:
         batch.routing.stop()
-    return reduce_metrics(per_update) | _diagnostics(used)
+        routing = {k: float(v) for k, v in batch.routing.metrics().items()}
+    return reduce_metrics(per_update) | _diagnostics(used) | routing
 
 
 def _minibatch_step(model, batch: Batch, idx: torch.Tensor, used: list, *, algo, train, temperature: float) -> dict:
