@@ -106,6 +106,22 @@ class LoggerConfig:
 
 
 @dataclass
+class CollapseConfig:
+    """When a run counts as collapsed (trainer/collapse.py); defaults fire on the high-lr collapses measured
+    on the embedded task and stay silent on its default runs."""
+
+    enabled: bool = True
+    window: int = 5  # steps in the training reward's moving average
+    patience: int = 5  # steps the average must stay low before it counts
+    reward_drop: float = 0.5  # collapsed below (1 - reward_drop) x the best moving average
+    eval_drop: float = 0.5  # collapsed when held-out accuracy falls below (1 - eval_drop) x its best
+    min_best: float = 0.05  # rules on reward and accuracy apply once their best reaches this
+    entropy_min: float = 0.02  # nats per token: below is an entropy collapse
+    entropy_max_factor: float = 3.0  # above this x the first step's entropy is an explosion
+    truncated_max: float = 0.9  # this share of completions hitting max_new_tokens is a length blow-up
+
+
+@dataclass
 class TrainConfig:
     steps: int = 50  # rollout batches; one metrics row each
     prompts_per_step: int = 16  # B
@@ -124,6 +140,8 @@ class TrainConfig:
     save_every: int = 10  # steps between checkpoints (a killed run resumes from the last); 0: only the final one
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
+    collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json
+    stop_on_collapse: bool = False  # end the run (status finished, stopped: collapse) once it has collapsed
 
 
 @dataclass

@@ -23,6 +23,7 @@ from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_task
 from gspo.trainer.loggers import Loggers
@@ -32,7 +33,7 @@ from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import load_policy
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
-from gspo.trainer.rundir import RunDir, default_run_id
+from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
 from gspo.trainer.tasks import Item, Task, build_task
 from gspo.trainer.update import Batch, update
@@ -69,8 +70,11 @@ def train(cfg, log=print) -> Path:
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model)
         routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
+        collapse = _collapse_detector(cfg, task, run)
         if start == 0:
-            loggers.metrics(0, _evaluate(cfg, engine, task, benches, 0, loggers, log))
+            row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
+            loggers.metrics(0, row0)
+            _watch(collapse, cfg, run, 0, row0, log)
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
@@ -79,10 +83,14 @@ def train(cfg, log=print) -> Path:
                 if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
+                stop = _watch(collapse, cfg, run, step, row, say)
+                last = last or stop
                 if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
                     save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, keep=cfg.train.keep_checkpoints)
                 run.set_status("running", step=step)
                 bar.advance(row)
+                if stop:
+                    break
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -98,6 +106,27 @@ def train(cfg, log=print) -> Path:
         if loggers is not None:
             loggers.close(0 if status == "finished" else 1)
     return run.path
+
+
+def _collapse_detector(cfg, task: Task, run: RunDir) -> CollapseDetector:
+    """A detector that has seen the run's logged rows (a resumed run continues where it was)."""
+    detector = CollapseDetector(cfg.train.collapse, f"eval/{task.name}/accuracy")
+    for row in read_jsonl(run.path / "metrics.jsonl"):
+        detector.observe(row)
+    return detector
+
+
+def _watch(detector: CollapseDetector, cfg, run: RunDir, step: int, row: dict, log) -> bool:
+    """Record a collapse in run.json when this step reveals one; True if the run should stop here."""
+    found = detector.observe({"step": step, **row})
+    if found is None:
+        return False
+    run.set_status("running", collapsed={"step": found.step, "reason": found.reason})
+    stop = cfg.train.stop_on_collapse
+    log(f"step {step}: collapse detected: {found.reason}" + ("; stopping (train.stop_on_collapse)" if stop else ""))
+    if stop:
+        run.set_status("running", stopped="collapse")
+    return stop
 
 
 def _raise_interrupt(signum, frame):
