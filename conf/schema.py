@@ -22,6 +22,7 @@ class AlgoConfig:
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
+    old_logp_source: str = "recompute"  # recompute: a trainer forward; engine: the sampler's own log-probs (paper sec. 5.3)
     routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
 
 
@@ -85,7 +86,6 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
-    use_engine_logprobs: bool = False  # take old log-probs from the sampler instead of recomputing
     dtype: str = "auto"  # hf engine: auto (the model's) or bfloat16/float16 autocast, a sampler less precise than the trainer
     batch_size: int = 256  # completions generated per generate() call
     # vllm only

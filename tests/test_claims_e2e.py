@@ -17,13 +17,13 @@ def _rows(gspo, tmp_path, run_id, *overrides):
 
 
 def test_engine_logprobs_fp32_sampler_matches_the_trainer(gspo, tmp_path):
-    (row,) = _rows(gspo, tmp_path, "fp32", "rollout.use_engine_logprobs=true")
+    (row,) = _rows(gspo, tmp_path, "fp32", "algo.old_logp_source=engine")
     assert row["mismatch/logp_abs_diff"] < 1e-5
     assert row["mismatch/seq_ratio_std"] < 1e-5 and row["mismatch/seq_out_of_band_frac"] == 0.0
 
 
 def test_engine_logprobs_bf16_sampler_makes_a_real_mismatch(gspo, tmp_path):
-    (row,) = _rows(gspo, tmp_path, "bf16", "rollout.use_engine_logprobs=true", "rollout.dtype=bfloat16")
+    (row,) = _rows(gspo, tmp_path, "bf16", "algo.old_logp_source=engine", "rollout.dtype=bfloat16")
     assert row["mismatch/logp_abs_diff"] > 1e-4  # bf16 keeps 8 bits of mantissa: the gap is real
     assert row["mismatch/seq_ratio_std"] > 0
     assert row["ratio/seq_mean"] > 0  # and the update ran on the engine's log-probs

@@ -166,7 +166,7 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, sched
     t1 = time.perf_counter()
     old_logp, entropy = _score(model, rollout, cfg, with_entropy=True, routing=routing)
     ref_logp = _score(ref_model, rollout, cfg)[0] if ref_model is not None else None
-    batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp, ref_logp,
+    batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp, ref_logp,
                   routing)
     metrics = update(model, optimizer, scheduler, batch, algo=cfg.algo, train=t,
                      temperature=cfg.rollout.temperature, seed=step_seed(cfg.seed, step, "shuffle"))
