@@ -96,8 +96,8 @@ def test_sweep_preset_parses_and_names_real_options(name):
             assert set(choices) <= set(_options(key)), f"{name}: {key}={values}"
         else:
             overrides = [f"{key}={c}" for c in choices]
-            for o in overrides:
-                compose_config([o])  # each value is a valid override of a schema key
+            for o in overrides:  # each value is a valid override of a schema key, within the preset
+                compose_config([f"+sweep={name.removesuffix('.yaml')}", o])
     compose_config([f"+sweep={name.removesuffix('.yaml')}"])
 
 
