@@ -116,7 +116,7 @@ class CollapseConfig:
     reward_drop: float = 0.5  # collapsed below (1 - reward_drop) x the best moving average
     eval_drop: float = 0.5  # collapsed when held-out accuracy falls below (1 - eval_drop) x its best
     min_best: float = 0.05  # rules on reward and accuracy apply once their best reaches this
-    entropy_min: float = 0.02  # nats per token: below is an entropy collapse
+    entropy_min: float = 0.005  # nats per token: below is an entropy collapse (the default run starts near 0.07)
     entropy_max_factor: float = 3.0  # above this x the first step's entropy is an explosion
     truncated_max: float = 0.9  # this share of completions hitting max_new_tokens is a length blow-up
 
