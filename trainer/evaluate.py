@@ -41,7 +41,7 @@ def task_eval_rows(name: str, metrics: dict[str, float], *, temperature: float, 
 
 
 def _accuracy(texts: list[str], golds: list[str], task: Task) -> float:
-    return sum(task.reward(t, g) for t, g in zip(texts, golds, strict=True)) / max(1, len(golds))
+    return sum(task.rewards(texts, golds)) / max(1, len(golds))
 
 
 def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:
