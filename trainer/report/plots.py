@@ -3,8 +3,9 @@
 Each plot draws every arm in its own colour: each seed as a faint line, the mean across seeds as a solid
 line, and the 95% t interval across seeds as a band (no band where only one seed has a value). The x axis
 is the step; for reward and held-out accuracy also the wall-clock time (the cumulative time/step_s of
-each run) and the generated tokens (cumulative completion/len_mean x completions per step). On those two
-axes the mean at a step is drawn at the mean x of the seeds at that step.
+each run: training steps only, held-out evals left out) and the generated tokens (cumulative
+completion/len_mean x completions per step: training rollouts only). On those two axes the mean at a
+step is drawn at the mean x of the seeds at that step.
 """
 
 from __future__ import annotations
