@@ -41,7 +41,7 @@ def plot_specs(task: str) -> list[PlotSpec]:
         PlotSpec("reward/mean", "training reward", axes=every),
         PlotSpec(f"eval/{task}/accuracy", "held-out accuracy (sampled)", axes=every),
         PlotSpec(f"eval/{task}/accuracy_greedy", "held-out accuracy (greedy)", axes=every),
-        PlotSpec("clip/token_frac", "clipped-token fraction (log)", log=True),
+        PlotSpec("clip/token_frac", "clipped-token fraction", log=True),
         PlotSpec("clip/seq_frac", "clipped-sequence fraction"),
         PlotSpec("completion/len_mean", "response length (tokens)"),
         PlotSpec("policy/entropy", "entropy (nats per token)"),
@@ -90,9 +90,11 @@ def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     drawn = [_draw_arm(ax, arm, spec.metric, axis, colors[i % len(colors)]) for i, arm in enumerate(arms)]
     if any(drawn):
-        if spec.log and any((np.asarray(line.get_ydata(), dtype=float) > 0).any() for line in ax.lines):
+        log = spec.log and any((np.asarray(line.get_ydata(), dtype=float) > 0).any() for line in ax.lines)
+        if log:  # zeros (no clipping at all) cannot be drawn on a log axis: then the axis stays linear
             ax.set_yscale("log")
-        ax.set(title=f"{spec.title} by {X_LABELS[axis]}", xlabel=X_LABELS[axis], ylabel=spec.metric)
+        ax.set(title=f"{spec.title} by {X_LABELS[axis]}", xlabel=X_LABELS[axis],
+               ylabel=spec.metric + (" (log scale)" if log else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
