@@ -57,7 +57,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
 
 
 def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> list[Block]:
-    hosts = sorted({f"{r.status.get('host', '?')} ({r.status.get('platform', '?')}, torch "
+    hosts = sorted({f"{r.status.get('host', '?')} ({r.status.get('cpus', '?')} CPUs, {r.status.get('platform', '?')}, torch "
                     f"{r.status.get('versions', {}).get('torch', '?')}, device {r.config.get('device')})" for r in runs})
     shared = shared_config(runs)
     arms_df = pd.DataFrame([{"arm": a.label, "seeds": ", ".join(map(str, a.seeds)), "runs": len(a.runs)} for a in arms])
