@@ -75,9 +75,10 @@ def start_wandb(mode: str, folder: Path, **init):
                       settings=wandb.Settings(console="off", x_disable_stats=True), **init)
 
 
-def wandb_group(cfg, run_id: str) -> str:
-    """A sweep's runs share its group (sweep-<stamp>); a lone run is its own group, which its evals join."""
-    return cfg.logger.group or run_id
+def wandb_group(cfg, folder: str) -> str:
+    """A sweep's runs share its group (sweep-<stamp>); a lone run is its own group (its run id, else its
+    folder's name), which its evals join, also from a copied or moved run folder."""
+    return cfg.logger.group or cfg.run_id or folder
 
 
 def _start_wandb(run: RunDir, cfg, config_dict: dict, mode: str):
