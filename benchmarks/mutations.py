@@ -2,6 +2,7 @@
 
     python benchmarks/mutations.py            # every breakage
     python benchmarks/mutations.py nproc kl   # only those whose name contains one of the words
+    python benchmarks/mutations.py --all bwrap  # without -x: every test that fails, not only the first
 
 Each breakage is a literal text replacement in one or more source files (it must match exactly once,
 so a stale entry fails loudly instead of silently testing nothing). The files are changed in place,
@@ -14,6 +15,7 @@ which test caught it, or that none did.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 import subprocess
@@ -24,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKUP = ROOT / "benchmarks" / ".mutations-backup.json"  # exists only while a mutant is applied
+LOCK = ROOT / "benchmarks" / ".mutations.lock"  # one run at a time: two would restore each other's mutants
 TIMEOUT_S = 600
 
 
@@ -98,6 +101,26 @@ MUTANTS = [
            (("evals/sandbox_backends.py", '"--chdir", "/tmp", "--clearenv"]', '"--chdir", "/tmp"]'),
             ("evals/sandbox.py", "stderr=self._stderr,\n                                      env=env,",
              "stderr=self._stderr,\n                                      env={**os.environ, **env},")), SANDBOX),
+    Mutant("no-uid-drop", "as root, programs keep the grader's uid",
+           (("evals/sandbox_backends.py", "drops = [True, False] if os.geteuid() == 0 else [False]", "drops = [False]"),),
+           SANDBOX),
+    Mutant("math-reward-always-zero", "the math task's reward ignores the grader",
+           (("trainer/tasks.py", "grader=grade_math,", "grader=lambda response, gold: False,"),),
+           ("tests/test_train_hf_math.py",)),
+    Mutant("eval-first-bench-only", "gspo eval grades only the first of several benchmarks",
+           (("trainer/evaluate.py", "    for bench in benches:", "    for bench in benches[:1]:"),),
+           ("tests/test_eval_features.py",)),
+    Mutant("wandb-new-run-on-resume", "a resumed run logs to a new W&B run",
+           (("trainer/loggers.py", 'id=run.path.name.replace("/", "-"),', "id=None,"),), ("tests/test_wandb_resume.py",)),
+    Mutant("cli-error-traceback", "the console script lets user errors out as tracebacks",
+           (("cli/main.py", "    except GspoError as e:", "    except ZeroDivisionError as e:"),),
+           ("tests/test_eval_cli.py::test_eval_bad_input_through_the_console_script",)),
+    Mutant("eval-bad-k-not-a-user-error", "a bad k= raises a plain ValueError (a traceback at the console)",
+           (("trainer/evaluate.py", 'raise GspoError(f"k={req.k}', 'raise ValueError(f"k={req.k}'),),
+           ("tests/test_eval_cli.py::test_eval_bad_input_is_one_line",)),
+    Mutant("sigterm-not-handled", "SIGTERM kills the run without marking it interrupted",
+           (("trainer/loop.py", "previous = signal.signal(signal.SIGTERM, _raise_interrupt)",
+             "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
     Mutant("leftovers-not-killed", "the runner does not kill a job's leftover processes (daemons)",
            (("evals/sandbox_runner.py", "            os.kill(-1, signal.SIGKILL)  # from a namespace's init",
              "            pass  # from a namespace's init"),), SANDBOX),
@@ -131,17 +154,22 @@ def _first_failure(output: str) -> str | None:
     return found.group(1) if found else None
 
 
-def run(mutant: Mutant) -> tuple[str, str | None, float]:
+def _failures(output: str) -> list[str]:
+    return re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+
+
+def run(mutant: Mutant, *, stop_first: bool = True) -> tuple[str, str | None, float]:
     originals: dict[str, str] = {}
     started = time.monotonic()
     try:
         _apply(mutant, originals)
         BACKUP.write_text(json.dumps(originals))
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests],
+        proc = subprocess.run([sys.executable, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p",
+                               "no:cacheprovider", *mutant.tests],
                               cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         out = proc.stdout + proc.stderr
         status = "caught" if proc.returncode != 0 else "NOT CAUGHT"
-        culprit = _first_failure(out) if proc.returncode != 0 else None
+        culprit = (_first_failure(out) if stop_first else ", ".join(_failures(out))) if proc.returncode != 0 else None
         if proc.returncode not in (0, 1):
             culprit = f"{culprit} (pytest exit {proc.returncode})"
     except subprocess.TimeoutExpired:
@@ -153,12 +181,19 @@ def run(mutant: Mutant) -> tuple[str, str | None, float]:
 
 
 def main(words: list[str]) -> int:
+    stop_first = "--all" not in words
+    words = [w for w in words if w != "--all"]
+    lock = LOCK.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit("another mutation run is in progress in this tree") from None
     _restore_backup()
     before = {f: (ROOT / f).read_bytes() for m in MUTANTS for f, _, _ in m.edits}
     chosen = [m for m in MUTANTS if not words or any(w in m.name for w in words)]
     missed = []
     for mutant in chosen:
-        status, culprit, seconds = run(mutant)
+        status, culprit, seconds = run(mutant, stop_first=stop_first)
         print(f"{mutant.name:32s} {status:10s} {seconds:6.1f}s  {culprit or ''}  ({mutant.why})", flush=True)
         if status != "caught":
             missed.append(mutant.name)

@@ -124,9 +124,9 @@ def test_jobs_in_one_sandbox_share_nothing():
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_123")
     with Sandbox() as sb:
-        env = sb.run(Job(code="import os, json; print(json.dumps(dict(os.environ)))")).stdout
+        env = sb.run(Job(code="import os; print(sorted(os.environ), [v for v in os.environ.values() if 'secret' in v])")).stdout
     assert "hf_secret_123" not in env and "HF_TOKEN" not in env
-    assert '"PATH"' in env and '"HOME"' in env
+    assert "'PATH'" in env and "'HOME'" in env
 
 
 def test_cpu_time_and_wall_time_are_measured():
@@ -190,7 +190,9 @@ def test_fork_bomb():
 
 def test_thread_bomb():
     needs("nproc_limit")
-    code = ("import threading, time\nfor n in range(4096):\n    try:\n"
+    # small stacks: the address-space limit alone would stop ~14 threads of the default 8 MiB and pass
+    # for the process limit
+    code = ("import threading, time\nthreading.stack_size(1 << 16)\nfor n in range(4096):\n    try:\n"
             "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
             "    except RuntimeError as e:\n        print('LIMITED', n, e)\n        break")
     result = attack(code)
@@ -274,9 +276,11 @@ def attack_from_a_grader(code: str, *, secrets: dict[str, str], marker: str) -> 
 
 def test_reading_environment_secrets():
     secrets = {"WANDB_API_KEY": "wandb-secret-42", "HF_TOKEN": "hf-secret-42", "AWS_SECRET_ACCESS_KEY": "aws-42"}
-    code = ("import os\nprint(dict(os.environ))\nfor pid in ('self', '1', str(os.getppid()), 'GRADER_PID'):\n"
-            "    try:\n        print(open(f'/proc/{pid}/environ').read())\n    except OSError as e:\n"
-            "        print('blocked', pid, e.errno)")
+    # the program prints only what looks like a secret: a full environment would overflow the 1000
+    # characters of stdout a result keeps, and hide the leak past the cut
+    code = ("import os, re\nloot = str(dict(os.environ))\nfor pid in ('self', '1', str(os.getppid()), 'GRADER_PID'):\n"
+            "    try:\n        loot += open(f'/proc/{pid}/environ').read()\n    except OSError as e:\n"
+            "        print('blocked', pid, e.errno)\nprint(re.findall(r'[a-z-]*42', loot))")
     result = attack_from_a_grader(code, secrets=secrets, marker="wandb-secret-42")
     for value in secrets.values():
         assert value not in result["stdout"] + result["stderr"]
@@ -286,10 +290,10 @@ def test_reading_the_graders_process_memory_and_environ():
     """Every process the sandbox can see, the grader's own included: its environment, its command line
     (readable by any uid) and its memory. Only a pid namespace hides the grader's command line."""
     needs("pid_ns")
-    code = ("import os\npids = ['GRADER_PID'] + [p for p in os.listdir('/proc') if p.isdigit()]\n"
+    code = ("import os, re\npids = ['GRADER_PID'] + [p for p in os.listdir('/proc') if p.isdigit()]\nloot = b''\n"
             "for pid in pids:\n    for part in ('environ', 'cmdline', 'mem'):\n        try:\n"
-            "            print(open(f'/proc/{pid}/{part}', 'rb').read(4096))\n"
-            "        except OSError as e:\n            print('blocked', pid, part, e.errno)")
+            "            loot += open(f'/proc/{pid}/{part}', 'rb').read(1 << 16)\n"
+            "        except OSError:\n            pass\nprint(len(pids), re.findall(rb'grader-[a-z]+-7', loot))")
     result = attack_from_a_grader(code, secrets={"GSPO_TEST_GRADER_SECRET": "grader-secret-7"}, marker="grader-argv-7")
     out = result["stdout"] + result["stderr"]
     assert "grader-secret-7" not in out and "grader-argv-7" not in out
