@@ -121,7 +121,11 @@ MUTANTS = [
     Mutant("sigterm-not-handled", "SIGTERM kills the run without marking it interrupted",
            (("trainer/loop.py", "previous = signal.signal(signal.SIGTERM, _raise_interrupt)",
              "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
-    Mutant("leftovers-not-killed", "the runner does not kill a job's leftover processes (daemons)",
+    Mutant("leftovers-not-killed", "a program that exits normally leaves its daemons running",
+           (("evals/sandbox_runner.py",
+             "                _rn_kill_all(pid, False)  # daemons and background children may still hold the pipes",
+             "                pass"),), SANDBOX),
+    Mutant("namespace-kill-dropped", "pid 1 of the namespace no longer kill(-1)s everything after a job",
            (("evals/sandbox_runner.py", "            os.kill(-1, signal.SIGKILL)  # from a namespace's init",
              "            pass  # from a namespace's init"),), SANDBOX),
 ]
