@@ -105,19 +105,32 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low < 1 and clip_high > 0")
     if r.temperature <= 0 or not (0 < r.top_p <= 1) or r.max_new_tokens < 1:
         raise GspoError("rollout: need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1")
+    if cfg.algo.old_logp_source not in ("recompute", "engine"):
+        raise GspoError(f"algo.old_logp_source={cfg.algo.old_logp_source!r}: use recompute or engine")
+    if r.dtype not in ("auto", "bfloat16", "float16"):
+        raise GspoError(f"rollout.dtype={r.dtype!r}: use auto, bfloat16 or float16")
     if r.engine not in ("hf", "vllm"):
         raise GspoError(f"rollout.engine={r.engine!r}: use hf or vllm")
     if cfg.logger.wandb not in ("auto", "online", "offline", "disabled"):
         raise GspoError(f"logger.wandb={cfg.logger.wandb!r}: use auto, online, offline or disabled")
     if cfg.model.dtype not in ("float32", "bfloat16", "float16"):
         raise GspoError(f"model.dtype={cfg.model.dtype!r}: use float32, bfloat16 or float16")
-    if cfg.task.kind not in ("arith", "math"):
-        raise GspoError(f"task.kind={cfg.task.kind!r}: use arith or math")
+    if t.precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise GspoError(f"train.precision={t.precision!r}: use auto, fp32, bf16 or fp16")
+    if cfg.task.kind not in ("arith", "math", "code"):
+        raise GspoError(f"task.kind={cfg.task.kind!r}: use arith, math or code")
+    if cfg.task.kind == "code" and cfg.task.benchmark not in ("livecodebench", "codeforces"):
+        raise GspoError(f"task.benchmark={cfg.task.benchmark!r}: use livecodebench or codeforces")
+    if cfg.task.code_reward not in ("all", "fraction"):
+        raise GspoError(f"task.code_reward={cfg.task.code_reward!r}: use all or fraction")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
+    if cfg.algo.routing_replay and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
+        raise GspoError("algo.routing_replay=true needs a Mixture-of-Experts model and the embedded model is dense: "
+                        "use model=tiny-moe (or an MoE through model=hf)")
     _check_paths(cfg)
-    if cfg.task.kind == "math" and not cfg.task.dataset:
-        raise GspoError("task.dataset is required for a math task: a Hugging Face id or a local .jsonl")
+    if cfg.task.kind in ("math", "code") and not cfg.task.dataset:
+        raise GspoError(f"task.dataset is required for a {cfg.task.kind} task: a Hugging Face id or a local .jsonl")
     if cfg.task.eval_size < 1:
         raise GspoError("task.eval_size must be >= 1")
 
@@ -127,7 +140,7 @@ def _check_paths(cfg: DictConfig) -> None:
     name = cfg.model.name
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
         raise GspoError(f"model path not found: {name}")
-    data = cfg.task.dataset if cfg.task.kind == "math" else None
+    data = cfg.task.dataset if cfg.task.kind in ("math", "code") else None
     if data and (data.endswith((".jsonl", ".json")) or data.startswith(("/", "./", "../", "~"))):
         if not Path(data).expanduser().exists():
             raise GspoError(f"dataset file not found: {data}")

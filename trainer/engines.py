@@ -4,15 +4,25 @@ each update so that the next rollout samples from the current policy."""
 
 from __future__ import annotations
 
+import importlib.util
+
 from gspo.conf.errors import GspoError
+from gspo.trainer.models import DTYPES
 from gspo.trainer.rollout import HFEngine
+
+
+def require_engine(rollout) -> None:
+    """Fail before a run starts when the configured engine's library is missing."""
+    if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
 
 
 def make_engine(cfg, model, tokenizer):
     r = cfg.rollout
     if r.engine == "hf":
         return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                        batch_size=r.batch_size, want_logprobs=r.use_engine_logprobs)
+                        batch_size=r.batch_size, want_logprobs=cfg.algo.old_logp_source == "engine",
+                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None)
     if r.engine == "vllm":
         try:
             from gspo.trainer.vllm_engine import VLLMEngine

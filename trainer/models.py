@@ -17,6 +17,8 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 from gspo.conf.errors import GspoError
@@ -35,9 +37,12 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
 
 
 def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, intermediate_size: int,
-                     num_heads: int, num_kv_heads: int, seed: int, max_positions: int = 256) -> Qwen3ForCausalLM:
-    """A Qwen3-architecture causal LM with random weights drawn from `seed`."""
-    cfg = Qwen3Config(
+                     num_heads: int, num_kv_heads: int, seed: int, max_positions: int = 256,
+                     num_experts: int = 0, experts_per_token: int = 2,
+                     moe_intermediate_size: int = 0) -> Qwen3ForCausalLM | Qwen3MoeForCausalLM:
+    """A Qwen3-architecture causal LM with random weights drawn from `seed`; with `num_experts` > 0 a
+    Qwen3-MoE (every layer sparse, `experts_per_token` experts of `moe_intermediate_size` per token)."""
+    common = dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -51,9 +56,15 @@ def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, inte
         eos_token_id=1,
         bos_token_id=None,
     )
+    if num_experts:
+        cfg, arch = Qwen3MoeConfig(**common, num_experts=num_experts, num_experts_per_tok=experts_per_token,
+                                   moe_intermediate_size=moe_intermediate_size, norm_topk_prob=True,
+                                   decoder_sparse_step=1, mlp_only_layers=[]), Qwen3MoeForCausalLM
+    else:
+        cfg, arch = Qwen3Config(**common), Qwen3ForCausalLM
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return Qwen3ForCausalLM(cfg)
+        return arch(cfg)
 
 
 def cache_root(configured: str | None) -> Path:
@@ -80,10 +91,22 @@ def load_pretrained(name: str, *, dtype: str = "float32", trust_remote_code: boo
         # the first eos position, never from comparing tokens with pad
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    disable_dropout(model)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # active only in training mode, which the update (and nothing else) turns on
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    return model, tokenizer
+    return model.eval(), tokenizer
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """No dropout anywhere: old log-probs (scored in eval mode) and new ones (in training mode, where
+    gradient checkpointing acts) must come from the same function, or the ratio is noise at step 0."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def pick_device(device: str) -> torch.device:
