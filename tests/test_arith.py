@@ -69,7 +69,8 @@ def test_the_training_task_never_draws_a_held_out_problem():
     drawn = [it for step in range(1, 60) for it in task.train_items(seed=0, step=step, n=8)]
     assert not any(it.prompt in held for it in drawn)
     assert len({it.prompt for it in drawn}) > 100  # the draw covers the training space, not a few items
-    assert all(task.reward(ArithProblem(*_parse(it.prompt)).solution, it.gold) == 1.0 for it in drawn[:20])
+    assert task.rewards([ArithProblem(*_parse(it.prompt)).solution for it in drawn[:20]],
+                        [it.gold for it in drawn[:20]]) == [1.0] * 20
     assert task.train_items(seed=0, step=3, n=8) == task.train_items(seed=0, step=3, n=8)
     assert task.train_items(seed=0, step=3, n=8) != task.train_items(seed=1, step=3, n=8)
 

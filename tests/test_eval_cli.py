@@ -89,7 +89,8 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     engine = make_engine(cfg, model, tokenizer)
     prompts = format_prompts(tokenizer, task.eval_items, chat=False)
     texts = engine.generate(prompts, seed=0, greedy=True).texts
-    right = {it.prompt for it, text in zip(task.eval_items, texts, strict=True) if task.reward(text, it.gold)}
+    rewards = task.rewards(texts, [it.gold for it in task.eval_items])
+    right = {it.prompt for it, r in zip(task.eval_items, rewards, strict=True) if r == 1.0}
     trainer_accuracy = eval_task(engine, task, prompts, seed=0)["accuracy_greedy"]
     assert 0 < trainer_accuracy < 1 and trainer_accuracy == len(right) / 8
 

@@ -3,7 +3,7 @@ working option produces (hand-computed from what the run wrote, or a difference 
 
 The unit tests of `trainer.update` (test_trainer_update.py) show the update honours its arguments;
 these show the config reaches them: adv_scale, aggregation, kl_beta, epochs, the lr schedule,
-use_engine_logprobs, chat_template, micro_batch_size and gspo_token.
+algo.old_logp_source (engine log-probs), chat_template, micro_batch_size and gspo_token.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_engine_logprobs_are_the_old_logprobs_and_the_mismatch_is_logged(gspo, t
     are recomputed by the trainer."""
     _shift_engine_logprobs(monkeypatch, 0.25)
     run = gspo.train(tmp_path, f"engine-{use}", *ONE_STEP, "train.minibatches=1",
-                     f"rollout.use_engine_logprobs={str(use).lower()}")
+                     f"algo.old_logp_source={'engine' if use else 'recompute'}")
     row = _rows(run / "metrics.jsonl")[1]
     if use:
         assert row["mismatch/logp_abs_diff"] == pytest.approx(0.25, abs=1e-4)
