@@ -105,6 +105,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     tensor_parallel_size: int = 1
     vllm_dtype: str = "auto"
+    vllm_sleep: bool = True  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync
 
 
 @dataclass
