@@ -38,6 +38,12 @@ def test_train_the_embedded_model_on_cuda_and_resume(gspo, tmp_path, precision):
     _check_trained(run, 3)
 
 
+def test_train_lora_adapters_on_cuda(gspo, tmp_path):
+    run = gspo.train(tmp_path, "lora", *SHORT, "model.lora.r=8", "algo.kl_beta=0.05", "train.precision=bf16")
+    _check_trained(run, 2)
+    assert (run / "checkpoints" / "step_000002" / "adapter_config.json").exists()
+
+
 @pytest.fixture(scope="module")
 def qwen3_shaped(tmp_path_factory) -> Path:
     from gspo.evals.arith import ALPHABET
