@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 
+import pytest
 from conftest import LEARNING_SEED
 from omegaconf import OmegaConf
 
@@ -71,3 +73,33 @@ def test_train_records_the_collapse_stops_and_resume_remembers_it(gspo, tmp_path
     assert info["collapsed"]["step"] == 1 and info["collapsed"]["reason"].startswith("entropy collapse")
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1]
     assert (run / "checkpoints" / "step_000001").is_dir()  # the stopped run can be resumed
+
+
+def test_report_marks_the_collapse_step_on_every_axis(finished_run, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gspo.trainer.report.arms import group_arms
+    from gspo.trainer.report.plots import _mark_collapses
+    from gspo.trainer.report.runs import load_run
+
+    run = tmp_path / "collapsed"
+    shutil.copytree(finished_run, run)
+    info = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(info | {"collapsed": {"step": 2, "reason": "test"}}))
+    loaded = load_run(run)
+    (arm,) = group_arms([loaded])
+    steps_s = [r["time/step_s"] for r in read_jsonl(run / "metrics.jsonl") if "time/step_s" in r]
+    for axis, expected in (("step", 2.0), ("time", sum(steps_s[:2]))):
+        fig, ax = plt.subplots()
+        _mark_collapses(ax, arm, axis, "red")
+        (line,) = ax.lines
+        assert line.get_xdata()[0] == pytest.approx(expected) and line.get_linestyle() == "--"
+        plt.close(fig)
+    (run / "run.json").write_text(json.dumps({k: v for k, v in info.items() if k != "collapsed"}))
+    fig, ax = plt.subplots()
+    _mark_collapses(ax, group_arms([load_run(run)])[0], "step", "red")
+    assert not ax.lines  # a run that did not collapse gets no mark
+    plt.close(fig)

@@ -1,7 +1,8 @@
 """PNG plots of a report (matplotlib, Agg backend: no display needed).
 
 Each plot draws every arm in its own colour: each seed as a faint line, the mean across seeds as a solid
-line, and the 95% t interval across seeds as a band (no band where only one seed has a value). The x axis
+line, and the 95% t interval across seeds as a band (no band where only one seed has a value); a dashed
+line marks the step where a run collapsed, if one did. The x axis
 is the step; for reward and held-out accuracy also the wall-clock time (the cumulative time/step_s of
 each run: training steps only, held-out evals left out) and the generated tokens (cumulative
 completion/len_mean x completions per step: training rollouts only). On those two axes the mean at a
@@ -81,7 +82,18 @@ def _draw_arm(ax, arm: Arm, metric: str, axis: str, color) -> bool:
     x = xs.mean(axis=1)
     ax.plot(x, [c.mean for c in cis], color=color, linewidth=2, label=f"{arm.label} (n={len(arm.runs)})")
     ax.fill_between(x, [c.low for c in cis], [c.high for c in cis], color=color, alpha=0.2, linewidth=0)
+    _mark_collapses(ax, arm, axis, color)
     return True
+
+
+def _mark_collapses(ax, arm: Arm, axis: str, color) -> None:
+    """A dashed line at the step where a run collapsed (run.json `collapsed`, trainer/collapse.py)."""
+    for r in arm.runs:
+        step = (r.status.get("collapsed") or {}).get("step")
+        x = _x(r, axis) if step is not None else None
+        if x is not None and step in x.index:
+            ax.axvline(float(x[step]), color=color, linestyle="--", linewidth=1, alpha=0.7,
+                       label=f"collapse ({r.run_id}, step {step})")
 
 
 def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
