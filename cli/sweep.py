@@ -7,6 +7,7 @@ multirun and launchers; so the sweep hands its arguments to a `hydra.main` job w
 
 from __future__ import annotations
 
+import secrets
 import sys
 import time
 
@@ -21,7 +22,7 @@ from gspo.conf.schema import register_configs
 
 def run_sweep(overrides: list[str]) -> None:
     register_configs()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"  # two sweeps in one second: two names
     sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir=results/sweeps/{stamp}",
                 "hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",
                 f"+hydra.job.env_set.GSPO_SWEEP={stamp}", *overrides]

@@ -23,6 +23,7 @@ from gspo.conf.compose import config_to_yaml
 from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.engines import make_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_task
+from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import pick_device
@@ -43,17 +44,24 @@ def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
-    run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
-    run = RunDir.open(cfg.output_dir, run_id, resume=cfg.resume)
-    ckpt = run.latest_checkpoint() if cfg.resume else None
-    if cfg.resume and ckpt is None:
-        log(f"resume: {run.path} has no checkpoint yet, starting over from step 0")
+    cfg.run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
+    run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
+    try:
+        return _train(cfg, run, task, benches, log)
+    finally:
+        run.close()
+
+
+def _train(cfg, run: RunDir, task: Task, benches: list, log) -> Path:
+    ckpt = run.latest_checkpoint(log) if cfg.resume else None
+    if cfg.resume:
+        log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
     model.to(pick_device(cfg.device))
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(model, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler) if ckpt else 0
-    run.truncate_logs(start)
+    run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     run.write_config(config_to_yaml(cfg))
     run.set_status("running", step=start, run_dir=str(run.path))
     status, error, loggers = "failed", None, None
@@ -67,7 +75,10 @@ def train(cfg, log=print) -> Path:
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
-                row = train_step(cfg, step, model, ref_model, engine, task, optimizer, scheduler, loggers)
+                try:
+                    row = train_step(cfg, step, model, ref_model, engine, task, optimizer, scheduler, loggers)
+                except NonFinite as e:
+                    row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
                 if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
@@ -79,9 +90,7 @@ def train(cfg, log=print) -> Path:
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
-        log(f"interrupted: {run.path} is kept; continue with resume=true run_id={run.path.name} "
-            f"output_dir={cfg.output_dir}")
-        raise
+        raise KeyboardInterrupt(f"gspo train resume={run.path}") from None
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
         raise
@@ -125,14 +134,21 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, sched
     rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout"))
     golds = [it.gold for it in items for _ in range(G)]
     rewards = torch.tensor([task.reward(text, gold) for text, gold in zip(rollout.texts, golds, strict=True)])  # [N]
-    advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
     t1 = time.perf_counter()
-    old_logp, entropy = _score(model, rollout, cfg, with_entropy=True)
-    ref_logp = _score(ref_model, rollout, cfg)[0] if ref_model is not None else None
-    batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp, ref_logp)
-    metrics = update(model, optimizer, scheduler, batch, algo=cfg.algo, train=t,
-                     temperature=cfg.rollout.temperature, seed=step_seed(cfg.seed, step, "shuffle"))
-    engine.sync_weights(model)
+    try:
+        check_finite("reward", rewards)
+        advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
+        old_logp, entropy = _score(model, rollout, cfg, with_entropy=True)
+        ref_logp = _score(ref_model, rollout, cfg)[0] if ref_model is not None else None
+        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp, ref_logp)
+        check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
+        metrics = update(model, optimizer, scheduler, batch, algo=cfg.algo, train=t,
+                         temperature=cfg.rollout.temperature, seed=step_seed(cfg.seed, step, "shuffle"))
+    except NonFinite as e:
+        e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
+        raise
+    finally:
+        engine.sync_weights(model)
     t2 = time.perf_counter()
     mask = rollout.completion_mask
     lengths = mask.sum(-1)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from gspo.algos import policy_loss
+from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.rollout import Rollout
 
@@ -41,11 +42,24 @@ def update(model, optimizer, scheduler, batch: Batch, *, algo, train, temperatur
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
             metrics["optim/grad_norm"] = grad_norm.detach()
             metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0])
+            _stop_if_nonfinite(optimizer, metrics, per_update)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             per_update.append(metrics)
     return reduce_metrics(per_update)
+
+
+def _stop_if_nonfinite(optimizer, metrics: dict, done: list[dict]) -> None:
+    """Before an optimizer step: a non-finite loss or gradient norm discards the gradients and raises,
+    so the bad update never reaches the weights. One host sync per optimizer step."""
+    keys = ["optim/grad_norm", *(k for k in metrics if k.startswith("loss/"))]
+    if bool(torch.stack([metrics[k].detach().float() for k in keys]).isfinite().all()):
+        return
+    optimizer.zero_grad(set_to_none=True)
+    bad = [k for k in keys if not bool(metrics[k].isfinite())]
+    stats = {k: v for k, v in reduce_metrics([*done, metrics]).items() if k.startswith(("ratio/", "clip/"))}
+    raise NonFinite(f"{', '.join(bad)} in update {len(done) + 1}", {"ratio_stats": stats})
 
 
 def _minibatch_step(model, batch: Batch, idx: torch.Tensor, *, algo, train, temperature: float) -> dict:
