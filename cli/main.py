@@ -152,9 +152,8 @@ def main() -> None:
     except GspoError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt as e:
-        how = e.args[0] if e.args and str(e.args[0]).startswith("gspo train resume=") else "gspo train resume=<run dir>"
-        typer.echo(f"interrupted: the run directory is kept; continue with: {how}", err=True)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
         sys.exit(130)
 
 

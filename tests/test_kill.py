@@ -50,7 +50,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(gspo, tmp_path)
     latest = (run / "checkpoints" / "latest").read_text().strip()
     assert (run / "checkpoints" / latest / "trainer_state.json").exists()
 
-    result = gspo.subprocess("train", *COMMON, f"output_dir={tmp_path}", "run_id=killed", "resume=true")
+    result = gspo.subprocess("train", f"resume={run}")  # the bare command: the run's own config
     assert result.returncode == 0, result.stderr[-2000:]
     straight = gspo.subprocess("train", *COMMON, f"output_dir={tmp_path}", "run_id=straight")
     assert straight.returncode == 0, straight.stderr[-2000:]
@@ -71,4 +71,4 @@ def test_sigterm_marks_the_run_interrupted(gspo, tmp_path):
     assert proc.returncode != 0 and "Traceback" not in stderr
     status = json.loads((run / "run.json").read_text())
     assert status["status"] == "interrupted" and "ended" in status
-    assert "resume=true" in stderr
+    assert f"continue with: gspo train resume={run}" in stderr

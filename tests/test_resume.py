@@ -8,6 +8,8 @@ prune nothing intact, and log each step once with the numbers of the undamaged r
 from __future__ import annotations
 
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -151,3 +153,27 @@ def test_a_checkpoint_without_its_manifest_is_not_trusted(tmp_path):
                         "never finished); trying the one before it"]
     (run.checkpoints / "step_000001" / "w.bin").write_bytes(b"ONE")  # same size, other bytes
     assert run.latest_checkpoint() is None
+
+
+@pytest.mark.slow
+def test_killed_after_the_step0_row_resumes_with_one_step0_row(gspo, tmp_path):
+    """A real process, SIGKILLed after its step-0 row (and maybe a few more; its first checkpoint would come
+    at step 50): while it lives a resume is refused; after the kill the resume starts over and logs step 0 once."""
+    run = tmp_path / "r"
+    proc = subprocess.Popen(["gspo", "train", "-q", *CKPT, "train.steps=50", "train.save_every=0",
+                             f"output_dir={tmp_path}", "run_id=r"], env=gspo.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not read_jsonl(run / "metrics.jsonl"):  # the marker: the step-0 row
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    live = gspo.invoke("train", f"resume={run}")
+    assert isinstance(live.exception, GspoError) and "being written by another" in str(live.exception)
+    proc.kill()
+    proc.communicate(timeout=30)
+    logged = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
+    assert logged == list(range(len(logged))) and not (run / "checkpoints").exists()
+    log = _resume(gspo, run, "train.steps=1")
+    assert "no intact checkpoint, starting at step 0" in log
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1]
+    assert [r["step"] for r in read_jsonl(run / "evals.jsonl")] == [0, 0, 1, 1]  # accuracy and greedy, once each

@@ -90,7 +90,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, log) -> Path:
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
-        raise KeyboardInterrupt(f"gspo train resume={run.path}") from None
+        log(f"interrupted: {run.path} is kept; continue with: gspo train resume={run.path}")
+        raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
         raise
