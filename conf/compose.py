@@ -89,7 +89,6 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
 
 def validate_config(cfg: DictConfig) -> None:
     """Checks across fields: each raises a GspoError naming the key and the rule."""
-    check_numbers(cfg)
     _check_run_location(cfg)
     t, r = cfg.train, cfg.rollout
     if t.group_size < 2:
@@ -127,6 +126,7 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"task.kind={cfg.task.kind!r}: use arith or math")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
+    check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
     if cfg.task.kind == "math" and not cfg.task.dataset:
         raise GspoError("task.dataset is required for a math task: a Hugging Face id or a local .jsonl")

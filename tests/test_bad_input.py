@@ -22,6 +22,8 @@ def _math_rows(tmp: Path) -> Path:
     path = tmp / "no_answer.jsonl"
     rows = [{"problem": "1+1?", "answer": "2"}, {"problem": "2+2?", "solution": "4"}, {"problem": "3+3?", "answer": "6"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "latin1.jsonl").write_bytes('{"problem": "caf\u00e9 + 1?", "answer": "2"}\n'.encode("latin-1"))
+    (tmp / "a_file").write_text("")
     return path
 
 
@@ -38,6 +40,15 @@ CASES = [
     ("row-without-answer", ["task=math", "task.dataset={rows}"], ["row 2", "'answer'"], True),
     ("existing-run-id", ["run_id=done"], ["already exists", "resume=true"], True),
     ("resume-missing-run", ["resume=true", "run_id=nope"], ["resume=true", "nope"], True),
+    ("lr-nan", ["train.lr=nan"], ["train.lr=nan", "finite"], False),
+    ("lr-inf", ["train.lr=inf"], ["train.lr=inf", "finite"], False),
+    ("rollout-batch-zero", ["rollout.batch_size=0"], ["rollout.batch_size=0", ">= 1"], False),
+    ("negative-kl", ["algo.kl_beta=-5"], ["algo.kl_beta=-5", ">= 0"], False),
+    ("run-id-path", ["run_id=../x"], ["run_id='../x'", "plain name"], False),
+    ("output-dir-under-a-file", ["output_dir={tmp}/a_file/runs"], ["a_file", "not a folder"], False),
+    ("output-dir-cannot-be-made", ["output_dir=/proc/gspo-runs"], ["/proc/gspo-runs", "cannot create"], True),
+    ("latin1-task-file", ["task=math", "task.dataset={tmp}/latin1.jsonl"], ["latin1.jsonl", "not UTF-8"], True),
+    ("resume-changes-the-run", ["resume=results/runs/done", "train.lr=1"], ["train.lr", "keeps its own config"], False),
 ]
 
 
@@ -54,7 +65,7 @@ def _run_cases(gspo, finished_run: Path, base: Path, runtime: bool) -> dict[str,
             continue
         project = base / case_id
         shutil.copytree(finished_run, project / "results" / "runs" / "done")
-        args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows) for o in overrides)]
+        args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, tmp=base) for o in overrides)]
         jobs[case_id] = (project, args, _snapshot(project))
 
     def run(case_id: str) -> dict:
