@@ -59,6 +59,8 @@ def train(
         return
     if quiet:
         config.logger.progress = False
+    if config.eval.weak_sandbox:
+        os.environ["GSPO_SANDBOX_WEAK"] = "1"  # read where the code sandbox picks its backend
     from gspo.trainer.loop import train as run_training
 
 

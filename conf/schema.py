@@ -131,6 +131,7 @@ class EvalConfig:
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     workers: int = 2  # grading processes
     paths: dict[str, str] = field(default_factory=dict)  # bench -> local file overriding the hub id
+    weak_sandbox: bool = False  # run model-written code without strong isolation (as GSPO_SANDBOX_WEAK=1)
 
 
 @dataclass

@@ -1,6 +1,10 @@
 """Sandbox backends: the command that launches the runner, and the probe that picks a backend.
 
-Backends, best first, chosen once per process by running a probe program through each until one works:
+Backends, best first, each probed once per process by running a probe program through it. The sandbox
+fails closed: the first backend that shows every STRONG protection (host filesystem hidden, nothing
+written outside a private /tmp, /dev/shm and /var/tmp, no host socket reachable, unix ones included, no
+nested user namespace, own pid and net namespaces) is used; with none, untrusted code is refused with one
+line saying what to install, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1):
   bwrap    bubblewrap: user, pid, net, ipc, uts, mount namespaces; a read-only root built from /usr, the
            Python prefix and a few /etc files; a size-capped tmpfs /tmp as the only writable place;
            no capabilities; nested user namespaces disabled where bwrap supports it.
@@ -23,6 +27,7 @@ import logging
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -184,7 +189,7 @@ def _shim_main() -> None:
 # Probing: which backend works here, and which protections it really gives.
 
 _PROBE = r"""
-import json, os, resource, socket, sys
+import ctypes, json, os, resource, socket, sys
 host = json.loads(sys.stdin.read())
 
 def ns(kind):
@@ -202,6 +207,20 @@ def writes(path):
     os.unlink(path)
     return True
 
+def connects(address):
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            s.connect(address)
+        return True
+    except OSError:
+        return False
+
+for folder in ("/tmp", "/dev/shm", "/var/tmp"):  # the host looks for these after the probe
+    try:
+        open(os.path.join(folder, host["tag"]), "w").close()
+    except OSError:
+        pass
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))
 print(json.dumps({
     "ns": {k: ns(k) != v for k, v in host["ns"].items()},
@@ -209,12 +228,18 @@ print(json.dumps({
     "no_new_privs": status.get("NoNewPrivs", "0").strip() == "1",
     "sees_host": os.path.exists(host["canary"]),
     "writes_host": writes(os.path.join(host["canary"], "probe")) or writes("/gspo-sandbox-probe"),
+    "host_socket": connects(host["socket"]) or connects("\0" + host["abstract"]),
     "interfaces": [name for _, name in socket.if_nameindex()],
     "as_limit": resource.getrlimit(resource.RLIMIT_AS)[0],
     "nproc_limit": resource.getrlimit(resource.RLIMIT_NPROC)[0],
     "env": sorted(os.environ),
+    "nested_userns": ctypes.CDLL(None).unshare(0x10000000) == 0,  # CLONE_NEWUSER; the probe ends right after
 }))
 """
+# What "strong" means: untrusted code runs only where all of these were observed (see sandbox_protections).
+STRONG = ("host_fs_hidden", "readonly_fs", "private_tmp", "host_sockets_blocked", "no_nested_userns", "pid_ns",
+          "net_ns")
+WEAK_ENV = "GSPO_SANDBOX_WEAK"  # =1: accept a backend without STRONG isolation (also eval.weak_sandbox=true)
 _NAMESPACES = {"user_ns": "user", "pid_ns": "pid", "net_ns": "net", "mount_ns": "mnt", "ipc_ns": "ipc"}
 
 
@@ -244,19 +269,39 @@ def _probe(choice: _Backend) -> dict[str, bool] | str:
     canary = tempfile.mkdtemp(prefix="gspo-probe-")
     os.chmod(canary, 0o1777)  # writable by anyone: only isolation can stop the probe writing here
     host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES.values()}
+    tag = os.path.basename(canary) + "-left"  # not the canary's own name: the probe creates /tmp/<tag>
+    listeners = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
     try:
+        listeners[0].bind(os.path.join(canary, "sock"))
+        os.chmod(os.path.join(canary, "sock"), 0o777)
+        listeners[1].bind("\0" + tag)
+        for listener in listeners:
+            listener.listen(4)
         with Sandbox(_choice=choice) as sb:
-            res = sb.run(Job(code=_PROBE, stdin=json.dumps({"ns": host_ns, "canary": canary}), cpu_s=5))
+            res = sb.run(Job(code=_PROBE, cpu_s=5, stdin=json.dumps(
+                {"ns": host_ns, "canary": canary, "tag": tag, "socket": os.path.join(canary, "sock"), "abstract": tag})))
             uids = _real_uids(sb)
     finally:
+        for listener in listeners:
+            listener.close()
         shutil.rmtree(canary, ignore_errors=True)
+        left = [f for f in (os.path.join(d, tag) for d in ("/tmp", "/dev/shm", "/var/tmp")) if os.path.exists(f)]
+        for f in left:
+            os.unlink(f)
     try:
         seen = json.loads(res.stdout)
     except ValueError:
         return res.error or res.stderr.strip()[-300:] or "no output"
+    return _protections(seen, uids, left)
+
+
+def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]:
     prot = {key: seen["ns"][kind] for key, kind in _NAMESPACES.items()}
     prot["readonly_fs"] = not seen["writes_host"]
     prot["host_fs_hidden"] = not seen["sees_host"]
+    prot["private_tmp"] = not left  # nothing written to /tmp, /dev/shm or /var/tmp reached the host
+    prot["host_sockets_blocked"] = not seen["host_socket"]
+    prot["no_nested_userns"] = not seen["nested_userns"]
     prot["unprivileged_uid"] = 0 not in uids  # seen from the host: nested namespaces hide it inside
     prot["no_capabilities"] = seen["caps"] == 0
     prot["no_new_privs"] = seen["no_new_privs"]
@@ -268,26 +313,38 @@ def _probe(choice: _Backend) -> dict[str, bool] | str:
 
 
 @functools.cache
-def _select_backend(name: str | None) -> _Backend:
-    with _SELECT_LOCK:  # one probe even when many grading threads start at once
-        return _select_backend_locked(name)
+def _probed(choice: _Backend) -> dict[str, bool] | str:
+    """The probe's result for `choice`, once per process; a missing protection is logged once."""
+    prot = _probe(choice)
+    if isinstance(prot, dict):
+        missing = [k for k, ok in prot.items() if not ok]
+        if missing:
+            log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
+                        " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
+    return prot
 
 
-@functools.cache
-def _select_backend_locked(name: str | None) -> _Backend:
-    failures = []
-    for choice in _candidates(name):
-        prot = _probe(choice)
-        if isinstance(prot, dict):
-            _PROTECTIONS[choice] = prot
-            missing = [k for k, ok in prot.items() if not ok]
-            if missing:
-                log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
-                            " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
-            return choice
-        failures.append(f"{choice.name}: {prot}")
-    raise GspoError(f"no sandbox backend works here ({'; '.join(failures) or 'none found'})")
+def _select_backend(name: str | None, *, strict: bool = True) -> _Backend:
+    """The first backend (of `name`, or of all installed) with STRONG isolation. Fails closed: without one,
+    a GspoError says what to install, unless weak isolation is accepted (GSPO_SANDBOX_WEAK=1) or `strict`
+    is False (a backend named in code is the caller's explicit choice)."""
+    with _SELECT_LOCK:  # one probe at a time even when many grading threads start at once
+        failures, weak = [], None
+        for choice in _candidates(name):
+            prot = _probed(choice)
+            if isinstance(prot, str):
+                failures.append(f"{choice.name}: {prot}")
+                continue
+            missing = [k for k in STRONG if not prot[k]]
+            if not missing or not strict:
+                return choice
+            weak = weak or choice
+            failures.append(f"{choice.name}{' (uid 65534)' if choice.drop_uid else ''} lacks {', '.join(missing)}")
+    if weak is not None and os.environ.get(WEAK_ENV) == "1":
+        return weak
+    raise GspoError(f"no sandbox here isolates untrusted code ({'; '.join(failures) or 'none found'}): install "
+                    f"bubblewrap (apt install bubblewrap), or accept weak isolation with {WEAK_ENV}=1 "
+                    f"(gspo train: eval.weak_sandbox=true)")
 
 
-_PROTECTIONS: dict[_Backend, dict[str, bool]] = {}
 _SELECT_LOCK = threading.Lock()

@@ -75,8 +75,7 @@ def test_protections_are_reported_as_booleans():
 
 
 def test_a_backend_missing_protections_says_so(caplog):
-    sandbox._select_backend.cache_clear()
-    sandbox._select_backend_locked.cache_clear()
+    sandbox._probed.cache_clear()
     with caplog.at_level(logging.WARNING, logger="gspo.evals.sandbox"):
         prot = sandbox_protections("plain")
     missing = [k for k, ok in prot.items() if not ok]
