@@ -156,14 +156,14 @@ class Sandbox:
     def _start(self) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
         name, drop = self._choice.name, self._choice.drop_uid
-        if name == "bwrap":
-            workdir = "/tmp/work"
-        else:
-            self._workdir = workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
+        if name != "bwrap":  # plain: the working dir; unshare: the empty folder its new root is mounted on
+            self._workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
             if drop:
-                os.chown(workdir, SANDBOX_UID, SANDBOX_UID)
+                os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
+        workdir = self._workdir if name == "plain" else "/tmp/work"
         env = _sandbox_env(workdir, self.session_id)
-        cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)]}
+        cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
+               "root": self._workdir}
         argv = _launch_argv(self._choice, cfg, env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,

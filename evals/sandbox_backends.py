@@ -8,8 +8,8 @@ line saying what to install, unless weak isolation is accepted explicitly (GSPO_
   bwrap    bubblewrap: user, pid, net, ipc, uts, mount namespaces; a read-only root built from /usr, the
            Python prefix and a few /etc files; a size-capped tmpfs /tmp as the only writable place;
            no capabilities; nested user namespaces disabled where bwrap supports it.
-  unshare  util-linux: user, pid, net, ipc, uts namespaces and a private /proc; the host filesystem
-           stays visible, guarded only by file permissions.
+  unshare  util-linux unshare into user, mount, pid, net, ipc and uts namespaces, then the same view
+           of the filesystem as bwrap, built by sandbox_unshare; no capabilities, no nested user namespaces.
   plain    a process group with rlimits, nothing more.
 Run as root, a small shim (`_shim_main`, shipped as source like the runner) first drops to uid/gid 65534
 (after exposing the Python prefix if it lives under a directory that uid cannot enter, such as /root): the
@@ -40,6 +40,7 @@ import psutil
 
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox_runner import RUNNER_FUNCTIONS
+from gspo.evals.sandbox_unshare import NS_FUNCTIONS
 
 if TYPE_CHECKING:
     from gspo.evals.sandbox import Sandbox
@@ -49,6 +50,7 @@ log = logging.getLogger("gspo.evals.sandbox")  # the sandbox's one logger name, 
 SANDBOX_UID = 65534  # "nobody": the uid programs run as when the grader itself runs as root
 BACKENDS = ("bwrap", "unshare", "plain")
 _TMPFS_BYTES = 128 << 20  # the sandbox's writable /tmp (bwrap); /dev/shm gets a sixteenth of it
+_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
               "/etc/group", "/etc/hosts")
 
@@ -75,7 +77,7 @@ def _launch_argv(choice: _Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     if choice.name == "bwrap":
         argv = _bwrap_argv(argv, env)
     elif choice.name == "unshare":
-        argv = [shutil.which("unshare") or "unshare", *_UNSHARE, *argv]
+        argv = _unshare_argv(argv, cfg["root"])
     if choice.drop_uid:
         argv = _shim_argv(argv)
     return argv
@@ -126,7 +128,7 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
     if "--disable-userns" in _bwrap_help():
         argv.append("--disable-userns")  # no nested namespace in which the program gets capabilities
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in _TOPS:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -143,8 +145,16 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
     return [*argv, "--", *runner]
 
 
-_UNSHARE = ["--user", f"--map-user={SANDBOX_UID}", f"--map-group={SANDBOX_UID}", "--pid", "--fork",
-            "--kill-child", "--mount-proc", "--net", "--ipc", "--uts", "--"]
+def _unshare_argv(runner: list[str], root: str) -> list[str]:
+    """util-linux unshare into new namespaces, then `_ns_main` builds bwrap's filesystem view at `root`
+    (an empty host folder) and execs the runner; see sandbox_unshare."""
+    links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
+    binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
+    binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
+    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": {"/tmp": _TMPFS_BYTES, "/dev/shm": _TMPFS_BYTES // 16}}
+    return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
+            "--kill-child", "--net", "--ipc", "--uts", "--", sys.executable, "-I", "-S", "-B", "-c",
+            _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]
 
 
 def _sandbox_env(workdir: str, session: str) -> dict[str, str]:
