@@ -324,14 +324,17 @@ def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]
 
 @functools.cache
 def _probed(choice: _Backend) -> dict[str, bool] | str:
-    """The probe's result for `choice`, once per process; a missing protection is logged once."""
-    prot = _probe(choice)
-    if isinstance(prot, dict):
-        missing = [k for k, ok in prot.items() if not ok]
-        if missing:
-            log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
-                        " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
-    return prot
+    """The probe's result for `choice`, once per process."""
+    return _probe(choice)
+
+
+@functools.cache
+def _warn_weak(choice: _Backend) -> None:
+    """Once per process, when a backend is used that lacks a protection."""
+    missing = [k for k, ok in _probed(choice).items() if not ok]
+    if missing:
+        log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
+                    " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
 
 
 def _select_backend(name: str | None, *, strict: bool = True) -> _Backend:
@@ -339,22 +342,25 @@ def _select_backend(name: str | None, *, strict: bool = True) -> _Backend:
     a GspoError says what to install, unless weak isolation is accepted (GSPO_SANDBOX_WEAK=1) or `strict`
     is False (a backend named in code is the caller's explicit choice)."""
     with _SELECT_LOCK:  # one probe at a time even when many grading threads start at once
-        failures, weak = [], None
+        failures: dict[str, str] = {}
+        weak = None
         for choice in _candidates(name):
             prot = _probed(choice)
             if isinstance(prot, str):
-                failures.append(f"{choice.name}: {prot}")
+                failures.setdefault(choice.name, f"{choice.name}: {prot}")
                 continue
             missing = [k for k in STRONG if not prot[k]]
             if not missing or not strict:
+                _warn_weak(choice)
                 return choice
             weak = weak or choice
-            failures.append(f"{choice.name}{' (uid 65534)' if choice.drop_uid else ''} lacks {', '.join(missing)}")
+            failures.setdefault(choice.name, f"{choice.name} lacks {', '.join(missing)}")
     if weak is not None and os.environ.get(WEAK_ENV) == "1":
+        _warn_weak(weak)
         return weak
-    raise GspoError(f"no sandbox here isolates untrusted code ({'; '.join(failures) or 'none found'}): install "
-                    f"bubblewrap (apt install bubblewrap), or accept weak isolation with {WEAK_ENV}=1 "
-                    f"(gspo train: eval.weak_sandbox=true)")
+    raise GspoError(f"no sandbox here isolates untrusted code ({'; '.join(failures.values()) or 'none found'}): "
+                    f"install bubblewrap (apt install bubblewrap) or util-linux unshare with user namespaces "
+                    f"enabled, or accept weak isolation with {WEAK_ENV}=1 (gspo train: eval.weak_sandbox=true)")
 
 
 _SELECT_LOCK = threading.Lock()

@@ -163,3 +163,16 @@ def test_grade_code_survives_snan(gspo, tmp_path):
     samples.write_text(json.dumps(sample) + "\n")
     result = gspo.invoke("grade", "code", str(samples))
     assert result.exit_code == 0, (result.exception, result.output)
+
+
+def test_grade_code_refuses_a_weak_backend_in_one_line(gspo, tmp_path, monkeypatch):
+    monkeypatch.setenv("GSPO_SANDBOX_BACKEND", "plain")  # plain never isolates strongly
+    monkeypatch.delenv("GSPO_SANDBOX_WEAK", raising=False)
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"id": "p1", "code": "print(1)", "tests": [{"input": "", "output": "1"}]}) + "\n")
+    result = gspo.invoke("grade", "code", str(samples))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: no sandbox here isolates untrusted code (plain lacks host_fs_hidden")
+    assert "GSPO_SANDBOX_WEAK=1" in lines[0] and "eval.weak_sandbox=true" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["samples.jsonl"]
