@@ -133,10 +133,13 @@ def test_missing_pointer_and_leftover_temporaries_resume_from_the_newest(gspo, t
 def test_a_truncated_newest_checkpoint_falls_back_to_the_one_before(gspo, three_steps, tmp_path, damaged):
     run = _copy(three_steps, tmp_path)
     path = run / "checkpoints" / "step_000003" / damaged
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    half = path.stat().st_size // 2
+    path.write_bytes(path.read_bytes()[:half])
     log = _resume(gspo, run)  # the bare command: steps=3 comes from the run's config
     assert f"checkpoint step_000003 is not intact ({damaged} has" in log and "resume: from step_000002" in log
     assert _steps(run) == ["step_000002", "step_000003"]  # step 2 kept until a new step 3 was complete
+    assert (run / "checkpoints" / "damaged-step_000003" / damaged).stat().st_size == half  # set aside, not pruned
+    assert path.stat().st_size == 2 * half or path.stat().st_size == 2 * half + 1  # step 3 saved again, whole
     rows = read_jsonl(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert without_timing(rows) == without_timing(read_jsonl(three_steps / "metrics.jsonl"))

@@ -53,7 +53,7 @@ def train(cfg, log=print) -> Path:
 
 
 def _train(cfg, run: RunDir, task: Task, benches: list, log) -> Path:
-    ckpt = run.latest_checkpoint(log) if cfg.resume else None
+    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume else None
     if cfg.resume:
         log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)

@@ -198,7 +198,7 @@ class RunDir:
         try:
             write(tmp)
             _write_manifest(tmp, step)
-            if final.exists():  # a damaged checkpoint of this step, from before a fallback: moved aside
+            if final.exists():  # this step saved again (a finished run resumed with the same steps)
                 os.replace(final, tmp.with_name(tmp.name + "-old"))
             os.replace(tmp, final)
         finally:
@@ -212,15 +212,19 @@ class RunDir:
                     shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def latest_checkpoint(self, log=None) -> Path | None:
+    def latest_checkpoint(self, log=None, *, set_aside: bool = False) -> Path | None:
         """The newest intact checkpoint, found by scanning (never by trusting `latest`); each newer one
-        that is damaged or incomplete is reported through `log` and passed over."""
+        that is damaged or incomplete is reported through `log` and passed over, and with `set_aside`
+        (the run's writer, resuming) renamed to damaged-step_NNNNNN so no later prune counts it."""
         for folder in reversed(self._step_folders()):
             problem = checkpoint_problem(folder)
             if problem is None:
                 return folder
             if log is not None:
                 log(f"resume: checkpoint {folder.name} is not intact ({problem}); trying the one before it")
+            if set_aside:
+                shutil.rmtree(folder.with_name(f"damaged-{folder.name}"), ignore_errors=True)
+                os.replace(folder, folder.with_name(f"damaged-{folder.name}"))
         return None
 
     def _step_folders(self) -> list[Path]:
