@@ -122,14 +122,20 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"logger.wandb={cfg.logger.wandb!r}: use auto, online, offline or disabled")
     if cfg.model.dtype not in ("float32", "bfloat16", "float16"):
         raise GspoError(f"model.dtype={cfg.model.dtype!r}: use float32, bfloat16 or float16")
-    if cfg.task.kind not in ("arith", "math"):
-        raise GspoError(f"task.kind={cfg.task.kind!r}: use arith or math")
+    if t.precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise GspoError(f"train.precision={t.precision!r}: use auto, fp32, bf16 or fp16")
+    if cfg.task.kind not in ("arith", "math", "code"):
+        raise GspoError(f"task.kind={cfg.task.kind!r}: use arith, math or code")
+    if cfg.task.kind == "code" and cfg.task.benchmark not in ("livecodebench", "codeforces"):
+        raise GspoError(f"task.benchmark={cfg.task.benchmark!r}: use livecodebench or codeforces")
+    if cfg.task.code_reward not in ("all", "fraction"):
+        raise GspoError(f"task.code_reward={cfg.task.code_reward!r}: use all or fraction")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
     check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
-    if cfg.task.kind == "math" and not cfg.task.dataset:
-        raise GspoError("task.dataset is required for a math task: a Hugging Face id or a local .jsonl")
+    if cfg.task.kind in ("math", "code") and not cfg.task.dataset:
+        raise GspoError(f"task.dataset is required for a {cfg.task.kind} task: a Hugging Face id or a local .jsonl")
     if cfg.task.eval_size < 1:
         raise GspoError("task.eval_size must be >= 1")
 
@@ -155,7 +161,7 @@ def _check_paths(cfg: DictConfig) -> None:
     name = cfg.model.name
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
         raise GspoError(f"model path not found: {name}")
-    data = cfg.task.dataset if cfg.task.kind == "math" else None
+    data = cfg.task.dataset if cfg.task.kind in ("math", "code") else None
     if data and (data.endswith((".jsonl", ".json")) or data.startswith(("/", "./", "../", "~"))):
         if not Path(data).expanduser().exists():
             raise GspoError(f"dataset file not found: {data}")

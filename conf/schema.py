@@ -47,7 +47,7 @@ class TinyModelConfig:
 @dataclass
 class ModelConfig:
     name: str | None = "tiny"  # "tiny" (embedded), a Hugging Face id, or a local path
-    dtype: str = "float32"  # float32, bfloat16 or float16
+    dtype: str = "float32"  # storage of the weights: float32, bfloat16 or float16 (compute: train.precision)
     gradient_checkpointing: bool = False
     trust_remote_code: bool = False
     chat_template: bool = False  # wrap prompts in the tokenizer's chat template
@@ -57,7 +57,7 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    kind: str = "arith"  # arith (embedded) or math (a Hugging Face dataset id or local JSONL)
+    kind: str = "arith"  # arith (embedded), math or code (a Hugging Face dataset id or local JSONL)
     name: str = "arith"  # used in metric names: eval/<name>/accuracy, reward/<name>
     # arith
     min_digits: int = 3
@@ -71,7 +71,12 @@ class TaskConfig:
     question_field: str = "problem"
     answer_field: str = "answer"
     prompt_template: str = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-    # both
+    # code
+    benchmark: str = "livecodebench"  # layout of task.dataset: livecodebench or codeforces (as gspo eval reads them)
+    code_reward: str = "all"  # all: 1 when every test passes, else 0; fraction: share of tests passed
+    timeout_s: float = 6.0  # CPU seconds per test (LiveCodeBench's); CodeForces problems use their own limit
+    workers: int = 2  # completions graded in parallel, one sandbox each
+    # all
     eval_size: int = 256  # held-out prompts evaluated at step 0, every train.eval_every steps and at the end
 
 
@@ -120,6 +125,7 @@ class TrainConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
     on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
+    precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
 
 
 @dataclass

@@ -27,6 +27,16 @@ def _math_rows(tmp: Path) -> Path:
     return path
 
 
+def _code_rows(tmp: Path) -> Path:
+    """LiveCodeBench rows; the second has no test cases."""
+    path = tmp / "no_tests.jsonl"
+    tests = json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}])
+    rows = [{"question_id": f"q{i}", "question_content": "Echo.", "public_test_cases": "[]" if i == 2 else tests}
+            for i in range(1, 4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 # (id, overrides, words the error line must contain, gets past config composition)
 CASES = [
     ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, gspo, gspo_token"], False),
@@ -49,6 +59,11 @@ CASES = [
     ("output-dir-cannot-be-made", ["output_dir=/proc/gspo-runs"], ["/proc/gspo-runs", "cannot create"], True),
     ("latin1-task-file", ["task=math", "task.dataset={tmp}/latin1.jsonl"], ["latin1.jsonl", "not UTF-8"], True),
     ("resume-changes-the-run", ["resume=results/runs/done", "train.lr=1"], ["train.lr", "keeps its own config"], False),
+    ("precision-name", ["train.precision=fp8"], ["train.precision='fp8'", "auto, fp32, bf16 or fp16"], False),
+    ("fp32-on-bf16-weights", ["model.dtype=bfloat16", "train.precision=fp32"], ["train.precision=fp32", "bfloat16"],
+     True),
+    ("vllm-missing", ["rollout=vllm"], ["rollout=vllm", "not installed", "pip install"], True),
+    ("code-without-tests", ["task=code", "task.dataset={code}", "task.eval_size=1"], ["problem q2 has no tests"], True),
 ]
 
 
@@ -58,14 +73,14 @@ def _snapshot(root: Path) -> dict[str, bytes | None]:
 
 
 def _run_cases(gspo, finished_run: Path, base: Path, runtime: bool) -> dict[str, dict]:
-    rows = _math_rows(base)
+    rows, code = _math_rows(base), _code_rows(base)
     jobs = {}
     for case_id, overrides, _, late in CASES:
         if late != runtime:
             continue
         project = base / case_id
         shutil.copytree(finished_run, project / "results" / "runs" / "done")
-        args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, tmp=base) for o in overrides)]
+        args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, code=code, tmp=base) for o in overrides)]
         jobs[case_id] = (project, args, _snapshot(project))
 
     def run(case_id: str) -> dict:

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from gspo.conf import GspoError, compose_config
 from gspo.trainer.guards import NonFinite
 from gspo.trainer.models import build_tiny_qwen3
+from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import read_jsonl
 from gspo.trainer.state import make_optimizer
@@ -24,7 +25,7 @@ def _batch(advantages: list[float]) -> Batch:
     ids = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 5, 4, 3], [2, 1, 3, 3, 3], [2, 1, 4, 5, 6]])
     rollout = Rollout(input_ids=ids, attention_mask=torch.ones_like(ids), completion_mask=torch.ones(4, 3),
                       texts=["a"] * 4, truncated=torch.zeros(4, dtype=torch.bool))
-    return Batch(rollout, torch.tensor(advantages), torch.full((4, 3), -2.0), None)
+    return Batch(rollout, torch.tensor(advantages), torch.full((4, 3), -2.0), None, [3, 3, 3, 3])
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -32,12 +33,13 @@ def test_a_nonfinite_update_never_reaches_the_weights(bad):
     cfg = compose_config(["train.minibatches=2", "train.prompts_per_step=2", "train.group_size=2", "algo=grpo"])
     model = build_tiny_qwen3(8, hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, num_kv_heads=1,
                              seed=0)
-    optimizer, scheduler = make_optimizer(model, cfg.train)
+    precision = Precision(model, "fp32", torch.device("cpu"))
+    optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # the shuffle with seed 0 puts sequences 0 and 1 in the first minibatch: a finite update, applied
     with pytest.raises(NonFinite, match=r"optim/grad_norm, loss/policy in update 2") as err:
-        update(model, optimizer, scheduler, _batch([1.0, -1.0, bad, 0.5]), algo=cfg.algo, train=cfg.train,
-               temperature=1.0, seed=0)
+        update(model, optimizer, scheduler, _batch([1.0, -1.0, bad, 0.5]), precision=precision, algo=cfg.algo,
+               train=cfg.train, rollout=cfg.rollout, seed=0)
     after_first = {k: v.clone() for k, v in model.state_dict().items()}
     assert any(not torch.equal(before[k], after_first[k]) for k in before)  # update 1 moved the weights
     assert all(torch.isfinite(v).all() for v in after_first.values())

@@ -4,8 +4,16 @@ each update so that the next rollout samples from the current policy."""
 
 from __future__ import annotations
 
+import importlib.util
+
 from gspo.conf.errors import GspoError
 from gspo.trainer.rollout import HFEngine
+
+
+def require_engine(rollout) -> None:
+    """Fail before a run starts when the configured engine's library is missing."""
+    if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
 
 
 def make_engine(cfg, model, tokenizer):

@@ -24,7 +24,7 @@ def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, gr
 
 
 def _accuracy(texts: list[str], golds: list[str], task: Task) -> float:
-    return sum(task.reward(t, g) for t, g in zip(texts, golds, strict=True)) / max(1, len(golds))
+    return sum(task.rewards(texts, golds)) / max(1, len(golds))
 
 
 def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:

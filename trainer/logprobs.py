@@ -3,6 +3,12 @@
 The model body runs once; the LM head, log-sum-exp and gather then run over chunks of tokens, each
 chunk under activation checkpointing, so at most `chunk x V` logits are alive at a time in the forward
 and the backward (Qwen's vocabulary has 152k entries: [N, T, V] float32 would dominate memory).
+
+Scored distribution = sampled distribution: logits in fp32 (whatever the compute precision, so the
+log-probs that enter a ratio are fp32), divided by the temperature, then cut to the top-p nucleus
+exactly as transformers' TopPLogitsWarper cuts it, and renormalised. Tokens outside the nucleus get
+a logit of -1e4 rather than -inf: probability exactly 0 in fp32, but a finite log-prob, so a token that
+left the nucleus after an update gives a ratio of 0 instead of NaN.
 """
 
 from __future__ import annotations
@@ -10,22 +16,33 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-
-def _logits(head: torch.nn.Module, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
-    logits = head(hidden)  # [chunk, V]
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()  # log-sum-exp over 152k entries in half precision loses the tail
-    return logits / temperature
+OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any real logit
 
 
-def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
-    logits = _logits(head, hidden, temperature)
+def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """[*, V] raw logits -> fp32 logits of the distribution the sampler draws from."""
+    logits = logits.float() / temperature  # log-sum-exp over 152k entries in half precision loses the tail
+    if top_p >= 1.0:
+        return logits
+    with torch.no_grad():
+        # TopPLogitsWarper: drop the least likely tokens whose cumulative probability is <= 1 - top_p,
+        # always keeping the most likely one
+        ascending, order = torch.sort(logits, dim=-1)
+        drop_sorted = ascending.softmax(-1).cumsum(-1) <= 1.0 - top_p
+        drop_sorted[..., -1] = False
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, OUTSIDE_NUCLEUS)
+
+
+def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                top_p: float):
+    logits = sampling_logits(head(hidden), temperature, top_p)  # [chunk, V]
     lse = torch.logsumexp(logits, dim=-1)
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
 
 
-def _chunk_entropy(head: torch.nn.Module, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
-    logp = torch.log_softmax(_logits(head, hidden, temperature), dim=-1)
+def _chunk_entropy(head: torch.nn.Module, hidden: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    logp = torch.log_softmax(sampling_logits(head(hidden), temperature, top_p), dim=-1)
     return -(logp.exp() * logp).sum(-1)
 
 
@@ -36,6 +53,7 @@ def completion_logprobs(
     n_completion: int,
     *,
     temperature: float = 1.0,
+    top_p: float = 1.0,
     chunk: int = 1024,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -43,7 +61,7 @@ def completion_logprobs(
 
     input_ids, attention_mask: [N, P+T] (prompt left-padded, completion right-padded); returns
     logp [N, T] (float32, differentiable) and, when asked, the sampling distribution's entropy [N, T]
-    (detached). Logits are divided by the sampling temperature, as the sampler's were.
+    (detached), both of the sampling distribution: temperature, then the top-p nucleus.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
@@ -58,12 +76,12 @@ def completion_logprobs(
     for s in range(0, n * t, chunk):
         hs, ts = flat_h[s : s + chunk], flat_t[s : s + chunk]
         if torch.is_grad_enabled():
-            pieces.append(checkpoint(_chunk_logp, head, hs, ts, temperature, use_reentrant=False))
+            pieces.append(checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, use_reentrant=False))
         else:
-            pieces.append(_chunk_logp(head, hs, ts, temperature))
+            pieces.append(_chunk_logp(head, hs, ts, temperature, top_p))
         if with_entropy:
             with torch.no_grad():
-                ents.append(_chunk_entropy(head, hs.detach(), temperature))
+                ents.append(_chunk_entropy(head, hs.detach(), temperature, top_p))
     logp = torch.cat(pieces).view(n, t)
     entropy = torch.cat(ents).view(n, t) if with_entropy else None
     return logp, entropy

@@ -10,6 +10,7 @@ Every random draw derives from (seed, step), so a resumed run continues as an un
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import signal
 import time
@@ -21,19 +22,20 @@ from omegaconf import OmegaConf
 from gspo.algos import frac_zero_std_groups, group_advantages
 from gspo.conf.compose import config_to_yaml
 from gspo.evals.benchmarks import load_benchmark
-from gspo.trainer.engines import make_engine
+from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_task
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import pick_device
-from gspo.trainer.policy import load_policy
+from gspo.trainer.policy import checked_precision, load_policy
+from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
 from gspo.trainer.tasks import Item, Task, build_task
-from gspo.trainer.update import Batch, update
+from gspo.trainer.update import Batch, to_host, update
 
 
 def step_seed(seed: int, step: int, salt: str) -> int:
@@ -44,23 +46,29 @@ def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
+    device = pick_device(cfg.device)
+    precision_name = checked_precision(cfg, device)
+    require_engine(cfg.rollout)
     cfg.run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
     run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
     try:
-        return _train(cfg, run, task, benches, log)
+        return _train(cfg, run, task, benches, (device, precision_name), log)
     finally:
         run.close()
 
 
-def _train(cfg, run: RunDir, task: Task, benches: list, log) -> Path:
+def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
+    """The run itself, with `run` locked; `compute`: (device, precision name)."""
+    device, precision_name = compute
     ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume else None
     if cfg.resume:
         log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
-    model.to(pick_device(cfg.device))
+    model.to(device)
+    precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
-    optimizer, scheduler = make_optimizer(model, cfg.train)
-    start = load_checkpoint(ckpt, optimizer, scheduler) if ckpt else 0
+    optimizer, scheduler = make_optimizer(precision.master, cfg.train)
+    start = load_checkpoint(ckpt, optimizer, scheduler, precision) if ckpt else 0
     run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     run.write_config(config_to_yaml(cfg))
     run.set_status("running", step=start, run_dir=str(run.path))
@@ -69,14 +77,15 @@ def _train(cfg, run: RunDir, task: Task, benches: list, log) -> Path:
     try:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True))
         engine = make_engine(cfg, model, tokenizer)
-        ref_model = _reference(cfg, model)
+        ref_model = _reference(cfg, model, log, resumed=ckpt is not None)
         if start == 0:
             loggers.metrics(0, _evaluate(cfg, engine, task, benches, 0, loggers, log))
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
                 try:
-                    row = train_step(cfg, step, model, ref_model, engine, task, optimizer, scheduler, loggers)
+                    row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler),
+                                     loggers)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
@@ -84,7 +93,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, log) -> Path:
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
                 if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
-                    save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, keep=cfg.train.keep_checkpoints)
+                    save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
+                                    keep=cfg.train.keep_checkpoints)
                 run.set_status("running", step=step)
                 bar.advance(row)
         status = "finished"
@@ -107,44 +117,51 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _reference(cfg, model):
+def _reference(cfg, model, log, *, resumed: bool):
+    """The frozen initial policy for the KL term (None when kl_beta = 0). A resumed run's `model` holds
+    the checkpoint's weights, so the reference is loaded afresh from where the run started."""
     if cfg.algo.kl_beta <= 0:
         return None
-    import copy
-
-    ref = copy.deepcopy(model).eval()
-    ref.requires_grad_(False)
+    ref = load_policy(cfg, log)[0].to(next(model.parameters()).device) if resumed else copy.deepcopy(model)
+    ref.eval().requires_grad_(False)
     return ref
 
 
 def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:
+    """Prompt texts, each repeated `repeat` times; with `chat`, in the tokenizer's chat template with the
+    item's system message, as `gspo eval` builds benchmark prompts."""
     texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": it.prompt}], tokenize=False,
-                                      add_generation_prompt=True) if chat else it.prompt
+        tokenizer.apply_chat_template([*([{"role": "system", "content": it.system}] if it.system else []),
+                                       {"role": "user", "content": it.prompt}],
+                                      tokenize=False, add_generation_prompt=True) if chat else it.prompt
         for it in items
     ]
     return [t for t in texts for _ in range(repeat)]
 
 
-def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, scheduler, loggers) -> dict:
-    """One rollout batch and its updates; returns the step's metrics row."""
+def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers) -> dict:
+    """One rollout batch and its updates; returns the step's metrics row. `optim`: (precision, optimizer,
+    scheduler). Every tensor lives on the model's device; the vLLM engine's CPU rollout is moved there once."""
+    precision, optimizer, scheduler = optim
     t0 = time.perf_counter()
     t, G = cfg.train, cfg.train.group_size
     items = task.train_items(seed=cfg.seed, step=step, n=t.prompts_per_step)
     prompts = format_prompts(engine.tokenizer, items, chat=cfg.model.chat_template, repeat=G)
-    rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout"))
+    rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout")).to(precision.device)
     golds = [it.gold for it in items for _ in range(G)]
-    rewards = torch.tensor([task.reward(text, gold) for text, gold in zip(rollout.texts, golds, strict=True)])  # [N]
+    rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
         advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
-        old_logp, entropy = _score(model, rollout, cfg, with_entropy=True)
-        ref_logp = _score(ref_model, rollout, cfg)[0] if ref_model is not None else None
-        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp, ref_logp)
+        old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True)
+        ref_logp = _score(ref_model, rollout, cfg, precision)[0] if ref_model is not None else None
+        lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
+        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp,
+                      ref_logp, lengths)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
-        metrics = update(model, optimizer, scheduler, batch, algo=cfg.algo, train=t,
-                         temperature=cfg.rollout.temperature, seed=step_seed(cfg.seed, step, "shuffle"))
+        metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
+                                 rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle")))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise
@@ -176,14 +193,16 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optimizer, sched
 
 
 @torch.no_grad()
-def _score(model, rollout: Rollout, cfg, *, with_entropy: bool = False):
+def _score(model, rollout: Rollout, cfg, precision: Precision, *, with_entropy: bool = False):
     """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory."""
     rows = cfg.train.micro_batch_size or max(1, rollout.input_ids.shape[0] // cfg.train.minibatches)
     logps, ents = [], []
     for s in range(0, rollout.input_ids.shape[0], rows):
-        lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
-                                      rollout.n_completion, temperature=cfg.rollout.temperature,
-                                      chunk=cfg.train.logprob_chunk, with_entropy=with_entropy)
+        with precision.autocast():
+            lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
+                                          rollout.n_completion, temperature=cfg.rollout.temperature,
+                                          top_p=cfg.rollout.top_p, chunk=cfg.train.logprob_chunk,
+                                          with_entropy=with_entropy)
         logps.append(lp * rollout.completion_mask[s : s + rows])
         ents.append(ent)
     return torch.cat(logps), (torch.cat(ents) if with_entropy else None)

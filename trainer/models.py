@@ -80,10 +80,22 @@ def load_pretrained(name: str, *, dtype: str = "float32", trust_remote_code: boo
         # the first eos position, never from comparing tokens with pad
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    disable_dropout(model)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # active only in training mode, which the update (and nothing else) turns on
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    return model, tokenizer
+    return model.eval(), tokenizer
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """No dropout anywhere: old log-probs (scored in eval mode) and new ones (in training mode, where
+    gradient checkpointing acts) must come from the same function, or the ratio is noise at step 0."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def pick_device(device: str) -> torch.device:

@@ -6,15 +6,19 @@ from collections.abc import Callable
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.coldstart import ColdStartSpec, cold_start_path
-from gspo.trainer.models import load_pretrained
+from gspo.trainer.models import DTYPES, load_pretrained
+from gspo.trainer.precision import check_precision, resolve_precision
 
 
 def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = None):
     """(model, tokenizer) for `cfg.model`; `path` (a checkpoint folder) overrides where weights come from."""
     m = cfg.model
     if path is None and m.name == "tiny":
-        if cfg.task.kind != "arith":
+        if cfg.task.kind == "math":
             raise GspoError("model=tiny speaks only the embedded arith task: use task=arith, or a real model")
+        if cfg.task.kind == "code":
+            log("model=tiny knows only arithmetic: on task=code it writes no code (an end-to-end check of the "
+                "task, not training)")
         path = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log))
     return load_pretrained(path or m.name, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
                            attn_implementation=m.attn_implementation,
@@ -30,3 +34,11 @@ def tiny_spec(cfg) -> ColdStartSpec:
         sft_target_accuracy=t.sft_target_accuracy, sft_seed=t.sft_seed, min_digits=cfg.task.min_digits,
         max_digits=cfg.task.max_digits, ops=cfg.task.ops, max_new_tokens=cfg.rollout.max_new_tokens,
     )
+
+
+def checked_precision(cfg, device) -> str:
+    """`train.precision` resolved against the storage dtype `model.dtype` and checked on `device`."""
+    storage = DTYPES[cfg.model.dtype]
+    precision = resolve_precision(cfg.train.precision, storage)
+    check_precision(precision, storage, device)
+    return precision

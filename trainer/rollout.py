@@ -8,10 +8,13 @@ hide the real end of each answer from the loss (tiny-grpo's bug).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig
+
+from gspo.trainer.logprobs import sampling_logits
 
 
 @dataclass
@@ -28,6 +31,12 @@ class Rollout:
     @property
     def n_completion(self) -> int:
         return self.completion_mask.shape[1]
+
+    def to(self, device: torch.device) -> Rollout:
+        """The same rollout with every tensor on `device` (an engine may build it elsewhere: vLLM on the CPU)."""
+        move = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, **move)
 
 
 def eos_ids_of(model, tokenizer) -> list[int]:
@@ -99,7 +108,7 @@ class HFEngine:
         completion = torch.where(mask.bool(), completion, torch.full_like(completion, self.tokenizer.pad_token_id))
         engine_logp = None
         if self.want_logprobs:
-            logits = torch.stack(out.logits, dim=1).float() / self.temperature  # [N, T, V]
+            logits = sampling_logits(torch.stack(out.logits, dim=1), self.temperature, self.top_p)  # [N, T, V]
             engine_logp = torch.log_softmax(logits, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1) * mask
         return Rollout(
             input_ids=torch.cat([enc.input_ids, completion], dim=1),

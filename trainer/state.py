@@ -8,12 +8,14 @@ from pathlib import Path
 
 import torch
 
+from gspo.trainer.precision import Precision
 from gspo.trainer.rundir import RunDir
 
 
-def make_optimizer(model, train):
-    """AdamW and a per-optimizer-step schedule: linear warmup, then constant, linear or cosine decay."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, betas=tuple(train.adam_betas),
+def make_optimizer(params, train):
+    """AdamW over `params` (fp32 master weights, trainer/precision.py) and a per-optimizer-step schedule:
+    linear warmup, then constant, linear or cosine decay."""
+    optimizer = torch.optim.AdamW(params, lr=train.lr, betas=tuple(train.adam_betas),
                                   weight_decay=train.weight_decay)
     total = max(1, train.steps * train.minibatches * train.epochs)
 
@@ -30,19 +32,23 @@ def make_optimizer(model, train):
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def save_checkpoint(run: RunDir, step: int, model, tokenizer, optimizer, scheduler, *, keep: int = 0) -> Path:
+def save_checkpoint(run: RunDir, step: int, model, tokenizer, optimizer, scheduler, precision: Precision, *,
+                    keep: int = 0) -> Path:
     def write(folder: Path) -> None:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, folder / "optimizer.pt")
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "precision": precision.state_dict()}, folder / "optimizer.pt")
         (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
 
     return run.save_checkpoint(step, write, keep=keep)
 
 
-def load_checkpoint(folder: Path, optimizer, scheduler) -> int:
-    """Restore optimizer and schedule from `folder` (the model was loaded from it); returns its step."""
+def load_checkpoint(folder: Path, optimizer, scheduler, precision: Precision) -> int:
+    """Restore optimizer, schedule, master weights and loss scale from `folder` (the model was loaded from
+    it); returns its step."""
     state = torch.load(folder / "optimizer.pt", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    precision.load_state_dict(state["precision"])
     return int(json.loads((folder / "trainer_state.json").read_text())["step"])

@@ -20,28 +20,56 @@ from gspo.evals.benchmarks import load_hub_rows, read_records
 @dataclass(frozen=True)
 class Item:
     prompt: str
-    gold: str
+    gold: str  # the answer, or (code) the problem's id
+    system: str | None = None  # a system message for chat templates (the code benchmarks' own)
+
+
+Scorer = Callable[[list[str], list[str]], list[float]]  # (responses, golds) -> rewards
 
 
 @dataclass
 class Task:
     name: str  # metric names: reward/<name>, eval/<name>/accuracy
-    grader: Callable[[str, str], bool]
     eval_items: list[Item]
     _draw: Callable[[random.Random, int], list[Item]]
+    _score: Scorer
 
     def train_items(self, *, seed: int, step: int, n: int) -> list[Item]:
         """The `n` prompts of training step `step`; the same for the same (seed, step)."""
         return self._draw(random.Random(f"{seed}:train:{step}"), n)
 
-    def reward(self, response: str, gold: str) -> float:
-        return 1.0 if self.grader(response, gold) else 0.0
+    def rewards(self, responses: list[str], golds: list[str]) -> list[float]:
+        """Rewards of a batch of responses, in order (a code task grades them in parallel)."""
+        return self._score(responses, golds)
+
+
+def graded_by(grader: Callable[[str, str], bool]) -> Scorer:
+    """A scorer giving 1 where `grader(response, gold)` holds, else 0."""
+    return lambda responses, golds: [float(grader(r, g)) for r, g in zip(responses, golds, strict=True)]
+
+
+def hold_out(items: list[Item], eval_size: int) -> tuple[list[Item], list[Item]]:
+    """(training items, held-out items): `eval_size` items drawn by a fixed seed, kept in their order."""
+    if len(items) <= eval_size:
+        raise GspoError(f"task.dataset has {len(items)} rows: too few to hold out task.eval_size={eval_size}")
+    order = list(range(len(items)))
+    random.Random("heldout").shuffle(order)
+    held = set(order[:eval_size])
+    return [it for i, it in enumerate(items) if i not in held], [items[i] for i in sorted(held)]
+
+
+def uniform_draw(items: list[Item]) -> Callable[[random.Random, int], list[Item]]:
+    return lambda rng, n: [items[rng.randrange(len(items))] for _ in range(n)]
 
 
 def build_task(cfg) -> Task:
     """A Task from the `task` config group."""
     if cfg.kind == "arith":
         return _arith_task(cfg)
+    if cfg.kind == "code":
+        from gspo.trainer.code_task import code_task
+
+        return code_task(cfg)
     return _math_task(cfg)
 
 
@@ -57,7 +85,7 @@ def _arith_task(cfg) -> Task:
                 out.append(Item(p.prompt, p.gold))
         return out
 
-    return Task(name=cfg.name, grader=grade_arith, eval_items=held_out, _draw=draw)
+    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith))
 
 
 def _math_task(cfg) -> Task:
@@ -69,18 +97,8 @@ def _math_task(cfg) -> Task:
         held_out = [_math_item(cfg, r, i) for i, r in _load_rows(cfg.dataset, cfg.subset, cfg.eval_split)]
         held_out = held_out[: cfg.eval_size]
     else:
-        if len(items) <= cfg.eval_size:
-            raise GspoError(f"task.dataset has {len(items)} rows: too few to hold out task.eval_size={cfg.eval_size}")
-        order = list(range(len(items)))
-        random.Random("heldout").shuffle(order)
-        held = set(order[: cfg.eval_size])
-        held_out = [items[i] for i in sorted(held)]
-        items = [it for i, it in enumerate(items) if i not in held]
-
-    def draw(rng: random.Random, n: int) -> list[Item]:
-        return [items[rng.randrange(len(items))] for _ in range(n)]
-
-    return Task(name=cfg.name, grader=grade_math, eval_items=held_out, _draw=draw)
+        items, held_out = hold_out(items, cfg.eval_size)
+    return Task(name=cfg.name, eval_items=held_out, _draw=uniform_draw(items), _score=graded_by(grade_math))
 
 
 def _math_item(cfg, row: dict, number: int) -> Item:

@@ -4,6 +4,12 @@ Nothing here knows which algorithm runs: the loss, its aggregation and its metri
 `gspo.algos.policy_loss`. Micro-batches inside a minibatch (gradient accumulation) pass the minibatch's
 own sequence and token counts as denominators, so their losses add up to the minibatch loss exactly
 (scaling means by the local micro-batch size is a bug peers shipped).
+
+Devices: every tensor lives on the model's device; the shuffle and the bookkeeping (completion lengths,
+denominators, widths) are host values, so the update makes no host sync until its metrics are read
+(`to_host`, once per step). The model is in training mode only here, which is what turns gradient
+checkpointing on; dropout is off in every model (trainer/models.py), so old and new log-probs come from
+the same function.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import torch
 from gspo.algos import policy_loss
 from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 
 SEQUENCE_METRICS = ("clip/seq_frac", "ratio/seq_mean")  # means over sequences; the rest are over tokens
@@ -28,69 +35,83 @@ class Batch:
     advantages: torch.Tensor  # [N]
     old_logp: torch.Tensor  # [N, T]
     ref_logp: torch.Tensor | None  # [N, T]
+    lengths: list[int]  # [N] completion lengths |y_i| on the host (read once from the completion mask)
 
 
-def update(model, optimizer, scheduler, batch: Batch, *, algo, train, temperature: float, seed: int) -> dict:
-    """Run the updates for one rollout batch; returns metrics reduced over all of them."""
-    n = batch.advantages.shape[0]
+def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
+           seed: int) -> dict[str, torch.Tensor]:
+    """Run the updates for one rollout batch; returns 0-dim metrics on the model's device, reduced over all
+    of them. `rollout` (the config group) says how the tokens were sampled: temperature, top_p, and
+    max_new_tokens, the constant normaliser of Dr. GRPO's aggregation."""
     per_update: list[dict[str, torch.Tensor]] = []
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(train.epochs):
-        order = torch.randperm(n, generator=gen)
-        for idx in order.chunk(train.minibatches):
-            metrics = _minibatch_step(model, batch, idx, algo=algo, train=train, temperature=temperature)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
-            metrics["optim/grad_norm"] = grad_norm.detach()
-            metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0])
-            _stop_if_nonfinite(optimizer, metrics, per_update)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            per_update.append(metrics)
+    gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
+    model.train()
+    try:
+        for _ in range(train.epochs):
+            order = torch.randperm(len(batch.lengths), generator=gen).tolist()
+            size = len(order) // train.minibatches
+            for s in range(0, len(order), size):
+                metrics = _minibatch_step(model, batch, order[s : s + size], precision=precision, algo=algo,
+                                          train=train, rollout=rollout)
+                guard = _nonfinite_guard(optimizer, metrics, per_update)
+                metrics["optim/grad_norm"] = precision.step(optimizer, train.max_grad_norm, guard=guard).detach()
+                metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=batch.advantages.device)
+                scheduler.step()
+                per_update.append(metrics)
+    finally:
+        model.eval()
     return reduce_metrics(per_update)
 
 
-def _stop_if_nonfinite(optimizer, metrics: dict, done: list[dict]) -> None:
-    """Before an optimizer step: a non-finite loss or gradient norm discards the gradients and raises,
-    so the bad update never reaches the weights. One host sync per optimizer step."""
-    keys = ["optim/grad_norm", *(k for k in metrics if k.startswith("loss/"))]
-    if bool(torch.stack([metrics[k].detach().float() for k in keys]).isfinite().all()):
-        return
-    optimizer.zero_grad(set_to_none=True)
-    bad = [k for k in keys if not bool(metrics[k].isfinite())]
-    stats = {k: v for k, v in reduce_metrics([*done, metrics]).items() if k.startswith(("ratio/", "clip/"))}
-    raise NonFinite(f"{', '.join(bad)} in update {len(done) + 1}", {"ratio_stats": stats})
+def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
+    """The check Precision.step runs before the optimizer steps: a non-finite loss or gradient norm (None
+    when fp16's loss scale handles an overflow itself) discards the gradients and raises NonFinite, so the
+    bad update never reaches the weights. One host sync per optimizer step."""
+
+    def guard(norm: torch.Tensor | None) -> None:
+        values = {k: v for k, v in metrics.items() if k.startswith("loss/")}
+        if norm is not None:
+            values["optim/grad_norm"] = norm
+        if bool(torch.stack([v.detach().float() for v in values.values()]).isfinite().all()):
+            return
+        optimizer.zero_grad(set_to_none=True)
+        bad = [k for k, v in values.items() if not bool(v.isfinite())]
+        ratios = [{k: v for k, v in r.items() if k.startswith(("ratio/", "clip/"))} for r in [*done, metrics]]
+        raise NonFinite(f"{', '.join(sorted(bad, reverse=True))} in update {len(done) + 1}",
+                        {"ratio_stats": to_host(reduce_metrics(ratios))})
+
+    return guard
 
 
-def _minibatch_step(model, batch: Batch, idx: torch.Tensor, *, algo, train, temperature: float) -> dict:
-    mask = batch.rollout.completion_mask[idx]
-    seq_den, tok_den = float(len(idx)), float(mask.sum().clamp(min=1))
+def _minibatch_step(model, batch: Batch, idx: list[int], *, precision: Precision, algo, train, rollout) -> dict:
+    seq_den, tok_den = float(len(idx)), float(max(1, sum(batch.lengths[i] for i in idx)))
     micro = train.micro_batch_size or len(idx)
     sums: dict[str, torch.Tensor] = {}
-    for part in idx.split(micro):
-        loss, metrics = _micro_loss(model, batch, part, algo=algo, temperature=temperature,
+    for s in range(0, len(idx), micro):
+        part = idx[s : s + micro]
+        loss, metrics = _micro_loss(model, batch, part, precision=precision, algo=algo, rollout=rollout,
                                     seq_den=seq_den, tok_den=tok_den, chunk=train.logprob_chunk)
-        loss.backward()
+        precision.backward(loss)
         # micro-batch metrics are means over its sequences or its tokens: weight by that share
-        w_seq, w_tok = len(part) / seq_den, float(batch.rollout.completion_mask[part].sum()) / tok_den
+        w_seq, w_tok = len(part) / seq_den, sum(batch.lengths[i] for i in part) / tok_den
         for k, v in metrics.items():
             sums[k] = _combine(k, sums.get(k), v, w_seq if k in SEQUENCE_METRICS else w_tok)
     return sums
 
 
-def _micro_loss(model, batch: Batch, part, *, algo, temperature, seq_den, tok_den, chunk):
+def _micro_loss(model, batch: Batch, part: list[int], *, precision, algo, rollout, seq_den, tok_den, chunk):
     r = batch.rollout
-    mask = r.completion_mask[part]
-    width = int(mask.sum(-1).max().item()) or 1  # drop all-padding columns at the right
-    prompt_len = r.input_ids.shape[1] - r.n_completion
-    cols = slice(0, prompt_len + width)
-    logp, _ = completion_logprobs(model, r.input_ids[part, cols], r.attention_mask[part, cols], width,
-                                  temperature=temperature, chunk=chunk)
-    ref = batch.ref_logp[part, :width] if batch.ref_logp is not None else None
+    rows = torch.tensor(part, device=batch.advantages.device)
+    width = max(batch.lengths[i] for i in part) or 1  # drop all-padding columns at the right
+    cols = slice(0, r.input_ids.shape[1] - r.n_completion + width)
+    with precision.autocast():
+        logp, _ = completion_logprobs(model, r.input_ids[rows, cols], r.attention_mask[rows, cols], width,
+                                      temperature=rollout.temperature, top_p=rollout.top_p, chunk=chunk)
+    ref = batch.ref_logp[rows, :width] if batch.ref_logp is not None else None
     return policy_loss(
-        algo.name, logp=logp, old_logp=batch.old_logp[part, :width], advantages=batch.advantages[part],
-        mask=mask[:, :width], clip_low=algo.clip_low, clip_high=algo.clip_high,
-        aggregation=algo.aggregation, max_len=r.n_completion, ref_logp=ref, kl_beta=algo.kl_beta,
+        algo.name, logp=logp, old_logp=batch.old_logp[rows, :width], advantages=batch.advantages[rows],
+        mask=r.completion_mask[rows, :width], clip_low=algo.clip_low, clip_high=algo.clip_high,
+        aggregation=algo.aggregation, max_len=rollout.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
         seq_denominator=seq_den, token_denominator=tok_den,
     )
 
@@ -106,10 +127,15 @@ def _combine(key: str, acc, value: torch.Tensor, weight: float) -> torch.Tensor:
     return value * weight if acc is None else acc + value * weight
 
 
-def reduce_metrics(rows: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-    """Means over updates (min/max for extremes); one host sync for the whole step."""
+def reduce_metrics(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Means over updates (min/max for extremes), still on the device."""
     out: dict[str, torch.Tensor] = {}
     for key in rows[0]:
         vals = torch.stack([r[key] for r in rows])
         out[key] = vals.min() if key.endswith("_min") else vals.max() if key.endswith("_max") else vals.mean()
-    return {k: float(v) for k, v in out.items()}
+    return out
+
+
+def to_host(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    """0-dim device tensors -> floats, in one host sync."""
+    return dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))

@@ -1,0 +1,107 @@
+"""Mixed precision: fp32 master weights and optimizer state, autocast forwards, a loss scale for fp16.
+
+    model.dtype      storage: what the model's parameters are kept in (float32, bfloat16, float16)
+    train.precision  compute: what forwards run in under autocast (fp32, bf16, fp16; auto follows storage)
+
+The optimizer always steps fp32 tensors (Micikevicius et al. 2018, arXiv 1710.03740). A float32 model
+is its own master copy. A half-precision model gets an fp32 copy of its trainable parameters: gradients
+are copied up, clipped and stepped there, and the weights copied back down. bfloat16 keeps 8 significant
+bits, so AdamW applied to bf16 weights at lr 1e-6 rounds most updates away (1 + 2^-9 == 1 in bf16); the
+master accumulates them until they add up to a change the stored weights can hold.
+fp16 adds a dynamic loss scale (torch.amp.GradScaler): its 5 exponent bits underflow small gradients.
+Log-probs that enter a ratio are computed in fp32 whatever the precision (trainer/logprobs.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from gspo.conf.errors import GspoError
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_AUTO = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def resolve_precision(precision: str, storage: torch.dtype) -> str:
+    """`auto` -> the precision matching the storage dtype; anything else as given."""
+    return _AUTO[storage] if precision == "auto" else precision
+
+
+def check_precision(precision: str, storage: torch.dtype, device: torch.device) -> None:
+    """One-line GspoError for a combination that cannot run as asked."""
+    if precision == "fp32" and storage != torch.float32:
+        raise GspoError(f"train.precision=fp32 with model.dtype={str(storage).removeprefix('torch.')}: half-precision "
+                        f"weights compute in half precision; use model.dtype=float32, or train.precision=auto")
+    if precision == "fp32":
+        return
+    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise GspoError(f"train.precision=bf16: {torch.cuda.get_device_name(device)} cannot run bfloat16; "
+                        f"use train.precision=fp16 or fp32")
+    if not torch.amp.is_autocast_available(device.type):
+        raise GspoError(f"train.precision={precision}: no autocast on device {device.type!r}; use train.precision=fp32")
+
+
+class Precision:
+    """Autocast, backward and optimizer step for one model at one compute precision."""
+
+    def __init__(self, model: torch.nn.Module, precision: str, device: torch.device):
+        self.dtype, self.device = PRECISIONS[precision], device
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        half = any(p.dtype != torch.float32 for p in self.params)
+        # the optimizer's tensors: the parameters themselves, or fp32 copies of them
+        self.master = [p.detach().float().clone() for p in self.params] if half else self.params
+        self.scaler = torch.amp.GradScaler(device.type) if self.dtype == torch.float16 else None
+
+    @property
+    def separate_master(self) -> bool:
+        return self.master is not self.params
+
+    def autocast(self):
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float, guard=None) -> torch.Tensor:
+        """Clip and apply the accumulated gradients; returns the gradient norm before clipping. `guard(norm)`
+        runs before anything is stepped and may raise to stop it; under fp16 it gets None, since the loss
+        scale skips an overflowed step by itself."""
+        if self.separate_master:
+            for m, p in zip(self.master, self.params, strict=True):
+                m.grad, p.grad = (None if p.grad is None else p.grad.float()), None
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(self.master, max_grad_norm)
+        if guard is not None:
+            try:
+                guard(norm if self.scaler is None else None)
+            except BaseException:
+                if self.scaler is not None:
+                    self.scaler.update()  # closes this step's unscale_, so the next step may unscale again
+                raise
+        if self.scaler is not None:
+            self.scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+            self.scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if self.separate_master:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, self.master)
+        return norm
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs beyond the model's stored weights: the masters and the loss scale."""
+        return {"master": self.master if self.separate_master else None,
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.separate_master and state.get("master") is not None:
+            with torch.no_grad():
+                torch._foreach_copy_(self.master, [m.to(self.device) for m in state["master"]])
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
