@@ -14,6 +14,7 @@ This package imports nothing else of gspo's.
 from . import grpo, gspo, gspo_token  # noqa: F401  (each module registers its algorithm)
 from .advantages import frac_zero_std_groups, group_advantages
 from .common import AGGREGATIONS, MAX_LOG_RATIO
+from .diagnostics import mismatch_metrics, ratio_diagnostics
 from .registry import ALGOS, available, get, option_names, policy_loss, register
 
 __all__ = [
@@ -24,7 +25,9 @@ __all__ = [
     "frac_zero_std_groups",
     "get",
     "group_advantages",
+    "mismatch_metrics",
     "option_names",
     "policy_loss",
+    "ratio_diagnostics",
     "register",
 ]

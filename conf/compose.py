@@ -116,6 +116,10 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low < 1 and clip_high > 0")
     if r.temperature <= 0 or not (0 < r.top_p <= 1) or r.max_new_tokens < 1:
         raise GspoError("rollout: need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1")
+    if cfg.algo.old_logp_source not in ("recompute", "engine"):
+        raise GspoError(f"algo.old_logp_source={cfg.algo.old_logp_source!r}: use recompute or engine")
+    if r.dtype not in ("auto", "bfloat16", "float16"):
+        raise GspoError(f"rollout.dtype={r.dtype!r}: use auto, bfloat16 or float16")
     if r.engine not in ("hf", "vllm"):
         raise GspoError(f"rollout.engine={r.engine!r}: use hf or vllm")
     if cfg.logger.wandb not in ("auto", "online", "offline", "disabled"):
@@ -132,6 +136,9 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"task.code_reward={cfg.task.code_reward!r}: use all or fraction")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
+    if cfg.algo.routing_replay and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
+        raise GspoError("algo.routing_replay=true needs a Mixture-of-Experts model and the embedded model is dense: "
+                        "use model=tiny-moe (or an MoE through model=hf)")
     check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
     if cfg.task.kind in ("math", "code") and not cfg.task.dataset:

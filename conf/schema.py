@@ -22,6 +22,8 @@ class AlgoConfig:
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
+    old_logp_source: str = "recompute"  # recompute: a trainer forward; engine: the sampler's own log-probs (paper sec. 5.3)
+    routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
 
 
 @dataclass
@@ -34,6 +36,9 @@ class TinyModelConfig:
     intermediate_size: int = 512
     num_heads: int = 4
     num_kv_heads: int = 2
+    num_experts: int = 0  # 0: dense MLPs; > 0: Qwen3-MoE with this many experts in every layer (model=tiny-moe)
+    experts_per_token: int = 2  # MoE top-k
+    moe_intermediate_size: int = 128  # each expert's MLP width
     sft_lr: float = 3e-3  # cold-start fine-tune
     sft_batch_size: int = 32
     sft_max_steps: int = 1500
@@ -86,7 +91,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
-    use_engine_logprobs: bool = False  # take old log-probs from the sampler instead of recomputing
+    dtype: str = "auto"  # hf engine: auto (the model's) or bfloat16/float16 autocast, a sampler less precise than the trainer
     batch_size: int = 256  # completions generated per generate() call
     # vllm only
     gpu_memory_utilization: float = 0.5
@@ -103,6 +108,22 @@ class LoggerConfig:
     tags: list[str] = field(default_factory=list)
     progress: bool = True  # rich progress bar
     samples_per_step: int = 4  # completions written to samples.jsonl per step
+
+
+@dataclass
+class CollapseConfig:
+    """When a run counts as collapsed (trainer/collapse.py); defaults fire on the high-lr collapses measured
+    on the embedded task and stay silent on its default runs."""
+
+    enabled: bool = True
+    window: int = 5  # steps in the training reward's moving average
+    patience: int = 5  # steps the average must stay low before it counts
+    reward_drop: float = 0.5  # collapsed below (1 - reward_drop) x the best moving average
+    eval_drop: float = 0.5  # collapsed when held-out accuracy falls below (1 - eval_drop) x its best
+    min_best: float = 0.05  # rules on reward and accuracy apply once their best reaches this
+    entropy_min: float = 0.005  # nats per token: below is an entropy collapse (the default run starts near 0.07)
+    entropy_max_factor: float = 3.0  # above this x the first step's entropy is an explosion
+    truncated_max: float = 0.9  # this share of completions hitting max_new_tokens is a length blow-up
 
 
 @dataclass
@@ -126,6 +147,8 @@ class TrainConfig:
     on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
     precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
+    collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json
+    stop_on_collapse: bool = False  # end the run (status finished, stopped: collapse) once it has collapsed
 
 
 @dataclass

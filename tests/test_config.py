@@ -29,10 +29,16 @@ def _preset(group: str, option: str) -> dict:
 
 
 def _assert_preset_applied(cfg, group: str, option: str) -> None:
-    for key, value in _preset(group, option).items():
-        if (group, option, key) == ("model", "hf", "name"):
-            continue  # null in the preset: the user must name the model
-        assert cfg[group][key] == value, f"{group}={option}: {key}"
+    def check(node, preset: dict, path: str) -> None:
+        for key, value in preset.items():
+            if (group, option, key) == ("model", "hf", "name"):
+                continue  # null in the preset: the user must name the model
+            if isinstance(value, dict):  # a nested preset sets some keys of a node, the schema the rest
+                check(node[key], value, f"{path}{key}.")
+            else:
+                assert node[key] == value, f"{group}={option}: {path}{key}"
+
+    check(cfg[group], _preset(group, option), "")
 
 
 ALL = [(g, o) for g in GROUPS for o in _options(g)]
@@ -90,8 +96,8 @@ def test_sweep_preset_parses_and_names_real_options(name):
             assert set(choices) <= set(_options(key)), f"{name}: {key}={values}"
         else:
             overrides = [f"{key}={c}" for c in choices]
-            for o in overrides:
-                compose_config([o])  # each value is a valid override of a schema key
+            for o in overrides:  # each value is a valid override of a schema key, within the preset
+                compose_config([f"+sweep={name.removesuffix('.yaml')}", o])
     compose_config([f"+sweep={name.removesuffix('.yaml')}"])
 
 

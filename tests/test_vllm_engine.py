@@ -265,7 +265,7 @@ def live():
     tok = char_tokenizer(pad_is_eos=False)
     model = build_tiny_qwen3(len(tok), hidden_size=128, num_layers=2, intermediate_size=256, num_heads=4,
                              num_kv_heads=2, seed=0).cuda()
-    cfg = compose_config(["rollout=vllm", "rollout.use_engine_logprobs=true", "rollout.temperature=0.8",
+    cfg = compose_config(["rollout=vllm", "algo.old_logp_source=engine", "rollout.temperature=0.8",
                           "rollout.max_new_tokens=12", "rollout.gpu_memory_utilization=0.3",
                           "rollout.vllm_dtype=float32"])
     return cfg, model, tok, VLLMEngine(cfg, model, tok)

@@ -36,6 +36,9 @@ class ColdStartSpec:
     intermediate_size: int
     num_heads: int
     num_kv_heads: int
+    num_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
     sft_lr: float
     sft_batch_size: int
     sft_max_steps: int
@@ -49,7 +52,11 @@ class ColdStartSpec:
     max_new_tokens: int
 
     def key(self) -> str:
-        blob = json.dumps({"v": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
+        fields = asdict(self)
+        if not self.num_experts:  # a dense model's key is what it was before MoE fields existed
+            for name in ("num_experts", "experts_per_token", "moe_intermediate_size"):
+                fields.pop(name)
+        blob = json.dumps({"v": FORMAT_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -77,7 +84,9 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None]) -> None:
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=spec.hidden_size, num_layers=spec.num_layers,
                              intermediate_size=spec.intermediate_size, num_heads=spec.num_heads,
-                             num_kv_heads=spec.num_kv_heads, seed=spec.sft_seed)
+                             num_kv_heads=spec.num_kv_heads, seed=spec.sft_seed, num_experts=spec.num_experts,
+                             experts_per_token=spec.experts_per_token,
+                             moe_intermediate_size=spec.moe_intermediate_size)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"cold start: building the embedded model ({n_params / 1e6:.2f}M parameters), cached after this run")
     split = {"min_digits": spec.min_digits, "max_digits": spec.max_digits, "ops": spec.ops, "seed": spec.sft_seed}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 from gspo.conf.errors import GspoError
+from gspo.trainer.models import DTYPES
 from gspo.trainer.rollout import HFEngine
 
 
@@ -20,7 +21,8 @@ def make_engine(cfg, model, tokenizer):
     r = cfg.rollout
     if r.engine == "hf":
         return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                        batch_size=r.batch_size, want_logprobs=r.use_engine_logprobs)
+                        batch_size=r.batch_size, want_logprobs=cfg.algo.old_logp_source == "engine",
+                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None)
     if r.engine == "vllm":
         try:
             from gspo.trainer.vllm_engine import VLLMEngine

@@ -14,25 +14,29 @@ import copy
 import hashlib
 import signal
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
-from gspo.algos import frac_zero_std_groups, group_advantages
+from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
+from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_task
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import pick_device
+from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
-from gspo.trainer.rundir import RunDir, default_run_id
+from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
 from gspo.trainer.tasks import Item, Task, build_task
 from gspo.trainer.update import Batch, to_host, update
@@ -64,6 +68,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     if cfg.resume:
         log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
+    if cfg.algo.routing_replay and not find_routers(model):
+        raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
+                        "top-k router modules")
     model.to(device)
     precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
@@ -78,25 +85,33 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True))
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None)
+        routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
+        collapse = _collapse_detector(cfg, task, run)
         if start == 0:
-            loggers.metrics(0, _evaluate(cfg, engine, task, benches, 0, loggers, log))
+            row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
+            loggers.metrics(0, row0)
+            _watch(collapse, cfg, run, 0, row0, log)
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
                 try:
                     row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler),
-                                     loggers)
+                                     loggers, routing)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
                 if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
+                stop = _watch(collapse, cfg, run, step, row, say)
+                last = last or stop
                 if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
                     save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
                                     keep=cfg.train.keep_checkpoints)
                 run.set_status("running", step=step)
                 bar.advance(row)
+                if stop:
+                    break
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -111,6 +126,27 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         if loggers is not None:
             loggers.close(0 if status == "finished" else 1)
     return run.path
+
+
+def _collapse_detector(cfg, task: Task, run: RunDir) -> CollapseDetector:
+    """A detector that has seen the run's logged rows (a resumed run continues where it was)."""
+    detector = CollapseDetector(cfg.train.collapse, f"eval/{task.name}/accuracy")
+    for row in read_jsonl(run.path / "metrics.jsonl"):
+        detector.observe(row)
+    return detector
+
+
+def _watch(detector: CollapseDetector, cfg, run: RunDir, step: int, row: dict, log) -> bool:
+    """Record a collapse in run.json when this step reveals one; True if the run should stop here."""
+    found = detector.observe({"step": step, **row})
+    if found is None:
+        return False
+    run.set_status("running", collapsed={"step": found.step, "reason": found.reason})
+    stop = cfg.train.stop_on_collapse
+    log(f"step {step}: collapse detected: {found.reason}" + ("; stopping (train.stop_on_collapse)" if stop else ""))
+    if stop:
+        run.set_status("running", stopped="collapse")
+    return stop
 
 
 def _raise_interrupt(signum, frame):
@@ -139,7 +175,8 @@ def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1)
     return [t for t in texts for _ in range(repeat)]
 
 
-def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers) -> dict:
+def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
+               routing: RoutingRecorder | None = None) -> dict:
     """One rollout batch and its updates; returns the step's metrics row. `optim`: (precision, optimizer,
     scheduler). Every tensor lives on the model's device; the vLLM engine's CPU rollout is moved there once."""
     precision, optimizer, scheduler = optim
@@ -154,11 +191,11 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers) 
     try:
         check_finite("reward", rewards)
         advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
-        old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True)
+        old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
         ref_logp = _score(ref_model, rollout, cfg, precision)[0] if ref_model is not None else None
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
-        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.rollout.use_engine_logprobs else old_logp,
-                      ref_logp, lengths)
+        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
+                      ref_logp, lengths, routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
                                  rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle")))
@@ -186,19 +223,23 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers) 
         "throughput/tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
     }
     if rollout.engine_logp is not None:
-        diff = (rollout.engine_logp - old_logp).abs() * mask
-        row["mismatch/logp_abs_diff"] = (diff.sum() / mask.sum().clamp(min=1)).item()
+        row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=mask,
+                                        clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high))
     loggers.samples(_samples(step, prompts, rollout, rewards, golds, cfg.logger.samples_per_step))
     return row
 
 
 @torch.no_grad()
-def _score(model, rollout: Rollout, cfg, precision: Precision, *, with_entropy: bool = False):
-    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory."""
+def _score(model, rollout: Rollout, cfg, precision: Precision, *, with_entropy: bool = False,
+           routing: RoutingRecorder | None = None):
+    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory; with
+    `routing`, the experts each token was sent to are recorded for the update (MoE models)."""
     rows = cfg.train.micro_batch_size or max(1, rollout.input_ids.shape[0] // cfg.train.minibatches)
+    if routing is not None:
+        routing.start_batch(rollout.attention_mask)
     logps, ents = [], []
     for s in range(0, rollout.input_ids.shape[0], rows):
-        with precision.autocast():
+        with precision.autocast(), routing.recording(slice(s, s + rows)) if routing is not None else nullcontext():
             lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
                                           rollout.n_completion, temperature=cfg.rollout.temperature,
                                           top_p=cfg.rollout.top_p, chunk=cfg.train.logprob_chunk,

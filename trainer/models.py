@@ -17,6 +17,8 @@ from transformers import (
     PreTrainedTokenizerFast,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 from gspo.conf.errors import GspoError
@@ -35,9 +37,12 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
 
 
 def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, intermediate_size: int,
-                     num_heads: int, num_kv_heads: int, seed: int, max_positions: int = 256) -> Qwen3ForCausalLM:
-    """A Qwen3-architecture causal LM with random weights drawn from `seed`."""
-    cfg = Qwen3Config(
+                     num_heads: int, num_kv_heads: int, seed: int, max_positions: int = 256,
+                     num_experts: int = 0, experts_per_token: int = 2,
+                     moe_intermediate_size: int = 0) -> Qwen3ForCausalLM | Qwen3MoeForCausalLM:
+    """A Qwen3-architecture causal LM with random weights drawn from `seed`; with `num_experts` > 0 a
+    Qwen3-MoE (every layer sparse, `experts_per_token` experts of `moe_intermediate_size` per token)."""
+    common = dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -51,9 +56,15 @@ def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, inte
         eos_token_id=1,
         bos_token_id=None,
     )
+    if num_experts:
+        cfg, arch = Qwen3MoeConfig(**common, num_experts=num_experts, num_experts_per_tok=experts_per_token,
+                                   moe_intermediate_size=moe_intermediate_size, norm_topk_prob=True,
+                                   decoder_sparse_step=1, mlp_only_layers=[]), Qwen3MoeForCausalLM
+    else:
+        cfg, arch = Qwen3Config(**common), Qwen3ForCausalLM
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return Qwen3ForCausalLM(cfg)
+        return arch(cfg)
 
 
 def cache_root(configured: str | None) -> Path:

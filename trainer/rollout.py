@@ -59,8 +59,10 @@ class HFEngine:
     """Sampling with transformers' `generate`: the reference engine, on any device."""
 
     def __init__(self, model, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int,
-                 batch_size: int, want_logprobs: bool = False):
+                 batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None):
         self.model, self.tokenizer = model, tokenizer
+        # a sampler in lower precision than the trainer (rollout.dtype): the mismatch inference engines have
+        self.autocast_dtype = autocast_dtype
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
         self.batch_size, self.want_logprobs = batch_size, want_logprobs
         self.eos_ids = eos_ids_of(model, tokenizer)
@@ -96,7 +98,8 @@ class HFEngine:
         # the sampler must draw from softmax(logits / T) (with top-p) exactly, as the trainer scores it
         self.model.generation_config = config
         try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+                    torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
                 torch.manual_seed(seed)
                 out = self.model.generate(**enc, generation_config=config)
         finally:

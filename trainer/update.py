@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo.algos import policy_loss
+from gspo.algos import policy_loss, ratio_diagnostics
 from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.moe import RoutingRecorder
 from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 
@@ -36,6 +37,7 @@ class Batch:
     old_logp: torch.Tensor  # [N, T]
     ref_logp: torch.Tensor | None  # [N, T]
     lengths: list[int]  # [N] completion lengths |y_i| on the host (read once from the completion mask)
+    routing: RoutingRecorder | None = None  # the old policy's expert choices (MoE models)
 
 
 def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
@@ -44,6 +46,7 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
     of them. `rollout` (the config group) says how the tokens were sampled: temperature, top_p, and
     max_new_tokens, the constant normaliser of Dr. GRPO's aggregation."""
     per_update: list[dict[str, torch.Tensor]] = []
+    used: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-ratio, mask) of every micro-batch, detached
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
     model.train()
     try:
@@ -51,7 +54,7 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
             order = torch.randperm(len(batch.lengths), generator=gen).tolist()
             size = len(order) // train.minibatches
             for s in range(0, len(order), size):
-                metrics = _minibatch_step(model, batch, order[s : s + size], precision=precision, algo=algo,
+                metrics = _minibatch_step(model, batch, order[s : s + size], used, precision=precision, algo=algo,
                                           train=train, rollout=rollout)
                 guard = _nonfinite_guard(optimizer, metrics, per_update)
                 metrics["optim/grad_norm"] = precision.step(optimizer, train.max_grad_norm, guard=guard).detach()
@@ -60,7 +63,10 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
                 per_update.append(metrics)
     finally:
         model.eval()
-    return reduce_metrics(per_update)
+        if batch.routing is not None:
+            batch.routing.stop()
+    routing = batch.routing.metrics() if batch.routing is not None else {}
+    return reduce_metrics(per_update) | _diagnostics(used) | routing
 
 
 def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
@@ -72,6 +78,8 @@ def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
         values = {k: v for k, v in metrics.items() if k.startswith("loss/")}
         if norm is not None:
             values["optim/grad_norm"] = norm
+        if norm is not None and norm.device.type == "meta":
+            return  # meta tensors hold no values (the device-placement test runs the update there)
         if bool(torch.stack([v.detach().float() for v in values.values()]).isfinite().all()):
             return
         optimizer.zero_grad(set_to_none=True)
@@ -83,13 +91,13 @@ def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
     return guard
 
 
-def _minibatch_step(model, batch: Batch, idx: list[int], *, precision: Precision, algo, train, rollout) -> dict:
+def _minibatch_step(model, batch: Batch, idx: list[int], used: list, *, precision: Precision, algo, train, rollout) -> dict:
     seq_den, tok_den = float(len(idx)), float(max(1, sum(batch.lengths[i] for i in idx)))
     micro = train.micro_batch_size or len(idx)
     sums: dict[str, torch.Tensor] = {}
     for s in range(0, len(idx), micro):
         part = idx[s : s + micro]
-        loss, metrics = _micro_loss(model, batch, part, precision=precision, algo=algo, rollout=rollout,
+        loss, metrics = _micro_loss(model, batch, part, used, precision=precision, algo=algo, rollout=rollout,
                                     seq_den=seq_den, tok_den=tok_den, chunk=train.logprob_chunk)
         precision.backward(loss)
         # micro-batch metrics are means over its sequences or its tokens: weight by that share
@@ -99,21 +107,32 @@ def _minibatch_step(model, batch: Batch, idx: list[int], *, precision: Precision
     return sums
 
 
-def _micro_loss(model, batch: Batch, part: list[int], *, precision, algo, rollout, seq_den, tok_den, chunk):
+def _micro_loss(model, batch: Batch, part: list[int], used: list, *, precision, algo, rollout, seq_den, tok_den, chunk):
     r = batch.rollout
     rows = torch.tensor(part, device=batch.advantages.device)
     width = max(batch.lengths[i] for i in part) or 1  # drop all-padding columns at the right
     cols = slice(0, r.input_ids.shape[1] - r.n_completion + width)
+    if batch.routing is not None:  # stays set through backward, which may recompute this forward
+        batch.routing.updating(rows, cols)
     with precision.autocast():
         logp, _ = completion_logprobs(model, r.input_ids[rows, cols], r.attention_mask[rows, cols], width,
                                       temperature=rollout.temperature, top_p=rollout.top_p, chunk=chunk)
     ref = batch.ref_logp[rows, :width] if batch.ref_logp is not None else None
+    old, mask = batch.old_logp[rows, :width], r.completion_mask[rows, :width]
+    used.append(((logp.detach() - old) * mask, mask))
     return policy_loss(
-        algo.name, logp=logp, old_logp=batch.old_logp[rows, :width], advantages=batch.advantages[rows],
-        mask=r.completion_mask[rows, :width], clip_low=algo.clip_low, clip_high=algo.clip_high,
+        algo.name, logp=logp, old_logp=old, advantages=batch.advantages[rows],
+        mask=mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
         aggregation=algo.aggregation, max_len=rollout.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
         seq_denominator=seq_den, token_denominator=tok_den,
     )
+
+
+def _diagnostics(used: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """diag/* over the log-ratios of every sequence as each update used it (gspo.algos.ratio_diagnostics)."""
+    width = max(lr.shape[1] for lr, _ in used)
+    pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for pair in used for x in pair]
+    return ratio_diagnostics(log_ratio=torch.cat(pad[0::2]), mask=torch.cat(pad[1::2]))
 
 
 def _combine(key: str, acc, value: torch.Tensor, weight: float) -> torch.Tensor:
@@ -137,5 +156,7 @@ def reduce_metrics(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tenso
 
 
 def to_host(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
-    """0-dim device tensors -> floats, in one host sync."""
-    return dict(zip(metrics, torch.stack([v.float() for v in metrics.values()]).tolist(), strict=True))
+    """0-dim device tensors -> floats, in one host sync. A NaN diag/ entry means nothing to measure this
+    step (a length bucket with under 2 values) and is left out; any other NaN is kept, it is news."""
+    values = torch.stack([v.float() for v in metrics.values()]).tolist() if metrics else []
+    return {k: v for k, v in zip(metrics, values, strict=True) if not (k.startswith("diag/") and v != v)}

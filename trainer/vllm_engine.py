@@ -22,7 +22,7 @@ Log-prob semantics. The trainer scores a token as log_softmax(logits / temperatu
 vocabulary (trainer/logprobs.py). vLLM's V1 sampler returns, by default, *raw* log-probs:
 log_softmax(logits) before temperature, penalties and top-k/top-p. Since vLLM 0.10.2,
 `LLM(logprobs_mode="processed_logprobs")` returns them after temperature and top-k/top-p instead, which
-is what this engine asks for when `rollout.use_engine_logprobs` is set. These equal the trainer's when
+is what this engine asks for when `algo.old_logp_source=engine`. These equal the trainer's when
 top_p = 1; with top_p < 1 they are renormalized over the nucleus (the sampler's true probability, which
 HFEngine does not report), and `mismatch/logp_abs_diff` shows the gap. Older V1 engines give raw
 log-probs, equal to the trainer's only at temperature 1, so other temperatures are refused there; the
@@ -131,7 +131,7 @@ def logprob_engine_kwargs(version: str, *, temperature: float, v0_engine: bool) 
     if v0_engine or temperature == 1.0:  # V0 returns processed log-probs; at T=1 raw ones are the same
         return {}
     raise GspoError(
-        f"rollout.use_engine_logprobs with rollout.temperature={temperature} needs vllm>=0.10.2 "
+        f"algo.old_logp_source=engine with rollout.temperature={temperature} needs vllm>=0.10.2 "
         f"(logprobs_mode=processed_logprobs); vllm {version} returns log-probs before temperature"
     )
 
@@ -198,7 +198,7 @@ class _VLLMEngine:
         r = cfg.rollout
         self.tokenizer = tokenizer
         self.temperature, self.top_p, self.max_new_tokens = r.temperature, r.top_p, r.max_new_tokens
-        self.batch_size, self.want_logprobs = r.batch_size, r.use_engine_logprobs
+        self.batch_size, self.want_logprobs = r.batch_size, cfg.algo.old_logp_source == "engine"
         self.eos_ids = eos_ids_of(model, tokenizer)
         extra = logprob_engine_kwargs(vllm.__version__, temperature=r.temperature,
                                       v0_engine=os.environ.get("VLLM_USE_V1") == "0") if self.want_logprobs else {}

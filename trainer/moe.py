@@ -1,0 +1,137 @@
+"""Routing Replay for Mixture-of-Experts policies, and the routing metrics that show why it matters.
+
+GSPO paper, sec. 4.3: after a gradient update about a tenth of the experts a token is routed to
+change, so a token-level importance ratio pi(y_t)/pi_old(y_t) compares two different sub-networks and
+GRPO's training breaks down; the paper's GRPO baseline therefore caches the experts chosen under the
+old policy and reuses them when computing the new policy's ratio ("Routing Replay"). GSPO needs no
+replay: its sequence likelihood is insensitive to single routing changes.
+
+How it is done here. transformers' MoE routers (Qwen3-MoE's `Qwen3MoeTopKRouter` and its kin) are
+modules returning `(router_logits, router_scores, router_indices)` over the flattened tokens of one
+forward. A forward hook on every router:
+  - while the old log-probs are scored (`recording`): stores each token's top-k experts per layer;
+  - during the update's forwards (`updating`): compares the current top-k set with the recorded one
+    (`moe/routing_changed_frac`, counted over attended tokens whether replay is on or off) and, with
+    replay on, replaces the router's choice by the recorded experts. The gates are recomputed from
+    the *current* router's softmax over those experts (renormalised where the router renormalises),
+    so the router still receives gradient, as the paper's baseline does.
+The selection of rows and columns stays set until the next one, so a backward pass that recomputes a
+checkpointed forward replays the same experts.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+
+def find_routers(model: nn.Module) -> list[nn.Module]:
+    """The top-k router modules of `model`, in forward order (empty for a dense model)."""
+    return [m for m in model.modules()
+            if type(m).__name__.endswith("TopKRouter") and hasattr(m, "top_k") and hasattr(m, "num_experts")]
+
+
+def replay_gates(router_logits: Tensor, experts: Tensor, *, normalize: bool) -> Tensor:
+    """Gates [L, k] of the recorded `experts` [L, k] under the current router: softmax over all experts
+    (in fp32, as the router does), gathered at the recorded ones, renormalised to sum 1 if `normalize`."""
+    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float)  # [L, E]
+    gates = probs.gather(-1, experts)  # [L, k]
+    if normalize:
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+    return gates.to(router_logits.dtype)
+
+
+def changed_decisions(current: Tensor, recorded: Tensor) -> Tensor:
+    """[L] bool: the top-k expert *set* of a token differs (order within the top-k does not count)."""
+    return (current.sort(dim=-1).values != recorded.sort(dim=-1).values).any(dim=-1)
+
+
+class RoutingRecorder:
+    """Records, compares and optionally replays expert choices over one rollout batch (see module doc)."""
+
+    def __init__(self, model: nn.Module, *, replay: bool):
+        self.routers = find_routers(model)
+        self.replay = replay
+        self._mode = "off"
+        self._index = {id(r): i for i, r in enumerate(self.routers)}
+        self._recorded: list[Tensor] = []  # per router: [N, S, k] expert ids of the rollout batch
+        self._attended: Tensor | None = None  # [N, S] the rollout's attention mask
+        self._sel: tuple[Tensor | slice, slice] = (slice(None), slice(None))
+        self._changed = self._total = None
+        self._hooks = [r.register_forward_hook(self._hook) for r in self.routers]
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.routers)
+
+    def start_batch(self, attention_mask: Tensor) -> None:
+        """A new rollout batch [N, S]: forget what was recorded for the previous one."""
+        n, s = attention_mask.shape
+        k = self.routers[0].top_k if self.routers else 0
+        self._recorded = [torch.zeros(n, s, k, dtype=torch.long, device=attention_mask.device) for _ in self.routers]
+        self._attended = attention_mask.bool()
+        self._changed = torch.zeros((), device=attention_mask.device)
+        self._total = torch.zeros((), device=attention_mask.device)
+
+    @contextmanager
+    def recording(self, rows: slice):
+        """Forwards inside record the experts of rollout rows `rows` (all columns)."""
+        with self._in("record", (rows, slice(None))):
+            yield
+
+    def updating(self, rows: Tensor, cols: slice) -> None:
+        """Forwards from now on (until the next call or `stop`) cover rollout rows `rows`, columns `cols`."""
+        self._mode, self._sel = "update", (rows, cols)
+
+    def stop(self) -> None:
+        self._mode = "off"
+
+    def metrics(self) -> dict[str, Tensor]:
+        """moe/routing_changed_frac (share of attended token-layer decisions whose top-k set changed
+        since the old policy, over the step's update forwards) and moe/load_max (the most loaded
+        expert's share of the old policy's routed slots times the number of experts, mean over layers:
+        1 is perfectly balanced, num_experts is everything on one expert)."""
+        if not self.routers:
+            return {}
+        return {"moe/routing_changed_frac": self._changed / self._total.clamp(min=1),
+                "moe/load_max": torch.stack([self._load_max(i) for i in range(len(self.routers))]).mean()}
+
+    def remove(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+    def _load_max(self, layer: int) -> Tensor:
+        experts = self._recorded[layer]  # [N, S, k]
+        n_experts = self.routers[layer].num_experts
+        weight = self._attended.unsqueeze(-1).expand(experts.shape).float()  # padding routes nowhere
+        counts = torch.zeros(n_experts, device=experts.device).scatter_add_(0, experts.flatten(), weight.flatten())
+        return counts.max() / counts.sum().clamp(min=1) * n_experts
+
+    @contextmanager
+    def _in(self, mode: str, sel):
+        self._mode, self._sel = mode, sel
+        try:
+            yield
+        finally:
+            self._mode = "off"
+
+    def _hook(self, router: nn.Module, args, output):
+        if self._mode == "off":
+            return None
+        layer = self._index[id(router)]
+        logits, _, experts = output  # [L, E], [L, k], [L, k] over the forward's flattened tokens
+        rows, cols = self._sel
+        if self._mode == "record":
+            store = self._recorded[layer]
+            store[rows] = experts.view(-1, store.shape[1], store.shape[2])
+            return None
+        recorded = self._recorded[layer][rows][:, cols].reshape(experts.shape)
+        attended = self._attended[rows][:, cols].reshape(-1)
+        self._changed += (changed_decisions(experts, recorded) & attended).sum()
+        self._total += attended.sum()
+        if not self.replay:
+            return None
+        gates = replay_gates(logits, recorded, normalize=getattr(router, "norm_topk_prob", True))
+        return logits, gates, recorded
