@@ -7,8 +7,8 @@ one after another. Layers, outermost first:
     runner --fork--> one child per job: own rlimits, own process group, fresh working dir, stdin from memfd
 
 This module is the grader's side: `Job`, `RunResult`, `Sandbox` (launching and talking to the runner),
-`sandbox_protections`, `sandbox_backend` and `parallel_map`. The backends (bwrap, unshare, plain), the
-root uid-drop shim and the probe that picks a backend live in `sandbox_backends`; the runner, shipped into
+`sandbox_protections`, `sandbox_backend` and `parallel_map`. The backends (bwrap, unshare, plain) and the
+root uid-drop shim live in `sandbox_backends`, the probe that picks one in `sandbox_select`; the runner, shipped into
 the sandbox as source, lives in `sandbox_runner`. `sandbox_protections()` reports what the probe
 *observed*, and a warning names any protection that is missing. Language-level guards are not used:
 ctypes bypasses them.
@@ -37,7 +37,8 @@ import psutil
 # re-exported: BACKENDS and SANDBOX_UID are public here, and tests clear the backend cache through here
 from gspo.evals.sandbox_backends import BACKENDS as BACKENDS
 from gspo.evals.sandbox_backends import SANDBOX_UID as SANDBOX_UID
-from gspo.evals.sandbox_backends import _Backend, _launch_argv, _probed, _sandbox_env, _select_backend
+from gspo.evals.sandbox_backends import _Backend, _launch_argv, _sandbox_env
+from gspo.evals.sandbox_select import _probed, _select_backend
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 def _choose(backend: str | None) -> _Backend:
     """A backend named in code is the caller's explicit choice; otherwise GSPO_SANDBOX_BACKEND or the
-    best installed one, which must isolate strongly (sandbox_backends.STRONG) unless GSPO_SANDBOX_WEAK=1."""
+    best installed one, which must isolate strongly (sandbox_select.STRONG) unless GSPO_SANDBOX_WEAK=1."""
     if backend:
         return _select_backend(backend, strict=False)
     return _select_backend(os.environ.get("GSPO_SANDBOX_BACKEND") or None)
