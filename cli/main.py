@@ -64,7 +64,8 @@ def train(
     from gspo.trainer.loop import train as run_training
 
 
-    run_dir = run_training(config, log=(lambda _m: None) if quiet else _log)
+    log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
+    run_dir = run_training(config, log=log)
     typer.echo(f"run finished: {run_dir}")
 
 

@@ -19,8 +19,8 @@ COMMON = (*TINY, f"seed={LEARNING_SEED}", "train.steps=6", "train.save_every=2",
           "logger.progress=false")
 
 
-def _start(gspo, out: Path, run_id: str) -> subprocess.Popen:
-    return subprocess.Popen(["gspo", "train", *COMMON, f"output_dir={out}", f"run_id={run_id}"], env=gspo.env,
+def _start(gspo, out: Path, run_id: str, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen(["gspo", "train", *flags, *COMMON, f"output_dir={out}", f"run_id={run_id}"], env=gspo.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -63,7 +63,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(gspo, tmp_path)
 
 @pytest.mark.slow
 def test_sigterm_marks_the_run_interrupted(gspo, tmp_path):
-    proc = _start(gspo, tmp_path, "stopped")
+    proc = _start(gspo, tmp_path, "stopped", "-q")  # quiet hides log lines, not how to resume
     run = tmp_path / "stopped"
     _wait_for_checkpoint(run, 2, proc)
     os.kill(proc.pid, signal.SIGTERM)

@@ -9,6 +9,7 @@ a neighbour sandbox's directory). A backend without them must refuse to run untr
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -32,13 +33,15 @@ INSTALLED = [b for b in BACKENDS if b == "plain" or shutil.which(b)]
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """No process started during the test outlives it (others, e.g. W&B's service, may predate it)."""
-    before = set(psutil.Process().children(recursive=True))
+    """No process started during the test outlives it (others, e.g. W&B's service, may predate it), and no
+    sandbox folder is left in the host's /tmp."""
+    before, folders = set(psutil.Process().children(recursive=True)), set(glob.glob("/tmp/gspo-sandbox-*"))
     yield
     deadline = time.monotonic() + 3
     while (left := set(psutil.Process().children(recursive=True)) - before) and time.monotonic() < deadline:
         time.sleep(0.05)  # a killed runner is reaped by the grader a moment later
     assert not left, f"processes outlived their sandbox: {left}"
+    assert set(glob.glob("/tmp/gspo-sandbox-*")) <= folders
 
 
 @pytest.fixture
