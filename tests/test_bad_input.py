@@ -8,7 +8,9 @@ results/runs/ holds a finished run; the commands run concurrently to keep the fi
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -116,3 +118,18 @@ def test_bad_input_is_one_error_line_and_leaves_results_alone(request, case_id, 
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "run finished" not in proc.stdout
     assert outcome["after"] == outcome["before"], "the command changed the project's results/ folder"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root to make a read-only mount")
+def test_a_read_only_output_dir_is_one_error_line(gspo, tmp_path):
+    """A really read-only folder (a read-only bind mount in a private mount namespace: root ignores
+    permission bits) as output_dir: one line at compose time, nothing written."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    script = 'mount --bind -o ro "$0" "$0" && exec gspo train -q train.steps=1 output_dir="$0/runs"'
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(folder)],
+                          env=gspo.env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"error: output_dir={folder}/runs: {folder} is not writable; " \
+                                  f"set output_dir= to a writable folder"
+    assert list(folder.iterdir()) == []
