@@ -28,24 +28,43 @@ def _batch(advantages: list[float]) -> Batch:
     return Batch(rollout, torch.tensor(advantages), torch.full((4, 3), -2.0), None, [3, 3, 3, 3])
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_a_nonfinite_update_never_reaches_the_weights(bad):
-    cfg = compose_config(["train.minibatches=2", "train.prompts_per_step=2", "train.group_size=2", "algo=grpo"])
+def _model_and_optimizer(*overrides: str):
+    cfg = compose_config(["train.minibatches=2", "train.prompts_per_step=2", "train.group_size=2", "algo=grpo",
+                          *overrides])
     model = build_tiny_qwen3(8, hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, num_kv_heads=1,
                              seed=0)
     precision = Precision(model, "fp32", torch.device("cpu"))
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
+    return cfg, model, precision, optimizer, scheduler
+
+
+def _update_with(bad: float, cfg, model, precision, optimizer, scheduler):
     # the shuffle with seed 0 puts sequences 0 and 1 in the first minibatch: a finite update, applied
     with pytest.raises(NonFinite, match=r"optim/grad_norm, loss/policy in update 2") as err:
         update(model, optimizer, scheduler, _batch([1.0, -1.0, bad, 0.5]), precision=precision, algo=cfg.algo,
-               train=cfg.train, rollout=cfg.rollout, seed=0)
+               train=cfg.train, rollout=cfg.rollout, seed=0, undoable=cfg.train.on_nonfinite == "skip")
+    return err.value
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_nonfinite_update_never_reaches_the_weights(bad):
+    cfg, model, precision, optimizer, scheduler = _model_and_optimizer()  # train.on_nonfinite=stop
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    err = _update_with(bad, cfg, model, precision, optimizer, scheduler)
     after_first = {k: v.clone() for k, v in model.state_dict().items()}
     assert any(not torch.equal(before[k], after_first[k]) for k in before)  # update 1 moved the weights
     assert all(torch.isfinite(v).all() for v in after_first.values())
     assert all(p.grad is None for p in model.parameters())  # the bad gradient is gone
     assert optimizer.state_dict()["state"][0]["step"] == 1  # and the optimizer took one step, not two
-    assert set(err.value.dump["ratio_stats"]) >= {"ratio/token_mean", "clip/token_frac"}
+    assert set(err.dump["ratio_stats"]) >= {"ratio/token_mean", "clip/token_frac"}
+
+
+def test_skip_undoes_the_whole_batch():
+    cfg, model, precision, optimizer, scheduler = _model_and_optimizer("train.on_nonfinite=skip")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _update_with(float("nan"), cfg, model, precision, optimizer, scheduler)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # update 1 undone too
+    assert optimizer.state_dict()["state"] == {} and scheduler.last_epoch == 0
 
 
 def test_lr_1e9_stops_at_the_first_nonfinite_value_with_a_dump(gspo, tmp_path):

@@ -198,7 +198,8 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
                       ref_logp, lengths, routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
-                                 rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle")))
+                                 rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle"),
+                                 undoable=t.on_nonfinite == "skip"))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise

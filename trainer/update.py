@@ -14,6 +14,7 @@ the same function.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -41,13 +42,15 @@ class Batch:
 
 
 def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
-           seed: int) -> dict[str, torch.Tensor]:
+           seed: int, undoable: bool = False) -> dict[str, torch.Tensor]:
     """Run the updates for one rollout batch; returns 0-dim metrics on the model's device, reduced over all
     of them. `rollout` (the config group) says how the tokens were sampled: temperature, top_p, and
-    max_new_tokens, the constant normaliser of Dr. GRPO's aggregation."""
+    max_new_tokens, the constant normaliser of Dr. GRPO's aggregation. With `undoable` (on_nonfinite=skip),
+    a NonFinite raised by any update first restores the state the batch started from."""
     per_update: list[dict[str, torch.Tensor]] = []
     used: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-ratio, mask) of every micro-batch, detached
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
+    snapshot = _snapshot(precision, optimizer, scheduler) if undoable else None
     model.train()
     try:
         for _ in range(train.epochs):
@@ -61,12 +64,34 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
                 metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=batch.advantages.device)
                 scheduler.step()
                 per_update.append(metrics)
+    except NonFinite:
+        if snapshot is not None:
+            _restore(snapshot, precision, optimizer, scheduler)
+        raise
     finally:
         model.eval()
         if batch.routing is not None:
             batch.routing.stop()
     routing = batch.routing.metrics() if batch.routing is not None else {}
     return reduce_metrics(per_update) | _diagnostics(used) | routing
+
+
+def _snapshot(precision: Precision, optimizer, scheduler) -> tuple:
+    """Copies of what a batch's updates change (weights, optimizer and schedule state), so a batch that
+    meets a non-finite value is undone whole; costs one copy of the trainable weights and the optimizer
+    state per step."""
+    return ([m.detach().clone() for m in precision.master], copy.deepcopy(optimizer.state_dict()),
+            scheduler.state_dict())
+
+
+def _restore(snapshot: tuple, precision: Precision, optimizer, scheduler) -> None:
+    master, optimizer_state, scheduler_state = snapshot
+    with torch.no_grad():
+        torch._foreach_copy_(precision.master, master)
+        if precision.separate_master:
+            torch._foreach_copy_(precision.params, precision.master)
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
 
 
 def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
