@@ -70,8 +70,12 @@ def test_one_writer_per_run(tmp_path):
     first = RunDir.open(str(tmp_path), "r", resume=False)
     twin = RunDir.open(str(tmp_path), "r", resume=False)  # both pass the check: nothing is written yet
     first.set_status("running", step=0)
+    first.append("metrics.jsonl", {"step": 0})
     with pytest.raises(GspoError, match="being written by another gspo process"):  # same run_id, same second
+        twin.truncate_logs(-1)  # the loop's first write: it must not empty the winner's logs
+    with pytest.raises(GspoError, match="being written by another gspo process"):
         twin.set_status("running", step=0)
+    assert read_jsonl(tmp_path / "r" / "metrics.jsonl") == [{"step": 0}]
     with pytest.raises(GspoError, match="already exists"):  # the same run_id started later
         RunDir.open(str(tmp_path), "r", resume=False)
     with pytest.raises(GspoError, match="being written by another gspo process"):  # resume of a live run

@@ -180,6 +180,7 @@ class RunDir:
 
     def truncate_logs(self, last_step: int) -> None:
         """Drop rows after `last_step` (and torn lines) so a resumed run never logs a step twice; -1 drops all."""
+        self._claim()  # a writer that lost the race for a new run must not rewrite the winner's logs
         for name in LOGS:
             f = self.path / name
             if f.exists():
