@@ -126,6 +126,11 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"logger.wandb={cfg.logger.wandb!r}: use auto, online, offline or disabled")
     if cfg.model.dtype not in ("float32", "bfloat16", "float16"):
         raise GspoError(f"model.dtype={cfg.model.dtype!r}: use float32, bfloat16 or float16")
+    if cfg.model.lora.r < 0 or not 0 <= cfg.model.lora.dropout < 1:
+        raise GspoError("model.lora: need r >= 0 (0: no LoRA) and 0 <= dropout < 1")
+    if cfg.model.lora.r > 0 and r.engine == "vllm":
+        raise GspoError("model.lora with rollout=vllm is not supported yet (vLLM would need the merged weights "
+                        "after every update): use rollout=hf")
     if t.precision not in ("auto", "fp32", "bf16", "fp16"):
         raise GspoError(f"train.precision={t.precision!r}: use auto, fp32, bf16 or fp16")
     if cfg.task.kind not in ("arith", "math", "code"):

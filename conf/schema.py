@@ -50,6 +50,18 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters (peft): only they train; the KL reference is the base with adapters off."""
+
+    r: int = 0  # adapter rank; 0: no LoRA, train every weight
+    alpha: float = 16.0  # the update is scaled by alpha / r
+    dropout: float = 0.0  # on the adapter's input; > 0 makes the update's log-probs differ from the old ones
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )  # linear modules (last part of the name) that get adapters
+
+
+@dataclass
 class ModelConfig:
     name: str | None = "tiny"  # "tiny" (embedded), a Hugging Face id, or a local path
     dtype: str = "float32"  # storage of the weights: float32, bfloat16 or float16 (compute: train.precision)
@@ -58,6 +70,7 @@ class ModelConfig:
     chat_template: bool = False  # wrap prompts in the tokenizer's chat template
     attn_implementation: str | None = None  # e.g. sdpa, flash_attention_2; None: transformers' default
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -97,6 +110,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5
     tensor_parallel_size: int = 1
     vllm_dtype: str = "auto"
+    vllm_sleep: bool = True  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync
 
 
 @dataclass

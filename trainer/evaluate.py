@@ -155,7 +155,7 @@ def _eval_model(req: EvalRequest, log):
         if ckpt is None:
             raise GspoError(f"run {run.path} has no checkpoint yet")
         cfg = OmegaConf.load(run.path / "config.yaml")
-        model, tok = load_policy(cfg, log, path=str(ckpt))
+        model, tok = load_policy(cfg, log, path=str(ckpt), merge=True)  # a LoRA adapter folded into the base
         step = int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
         return model, tok, {"model": str(ckpt), "step": step, "chat": cfg.model.chat_template,
                             "temperature": cfg.rollout.temperature, "max_new_tokens": cfg.rollout.max_new_tokens}

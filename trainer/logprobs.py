@@ -20,8 +20,10 @@ OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any 
 
 
 def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """[*, V] raw logits -> fp32 logits of the distribution the sampler draws from."""
-    logits = logits.float() / temperature  # log-sum-exp over 152k entries in half precision loses the tail
+    """[*, V] raw logits -> logits (at least fp32) of the distribution the sampler draws from."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # log-sum-exp over 152k entries in half precision loses the tail
+    logits = logits / temperature
     if top_p >= 1.0:
         return logits
     with torch.no_grad():

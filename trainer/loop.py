@@ -30,6 +30,7 @@ from gspo.trainer.evaluate import eval_benchmark, eval_task
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.lora import adapters_disabled
 from gspo.trainer.models import pick_device
 from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
@@ -154,10 +155,13 @@ def _raise_interrupt(signum, frame):
 
 
 def _reference(cfg, model, log, *, resumed: bool):
-    """The frozen initial policy for the KL term (None when kl_beta = 0). A resumed run's `model` holds
-    the checkpoint's weights, so the reference is loaded afresh from where the run started."""
+    """The frozen initial policy for the KL term (None when kl_beta = 0). With LoRA it is the policy itself,
+    scored with its adapters off. A resumed run's `model` holds the checkpoint's weights, so the reference
+    is loaded afresh from where the run started."""
     if cfg.algo.kl_beta <= 0:
         return None
+    if cfg.model.lora.r > 0:
+        return model
     ref = load_policy(cfg, log)[0].to(next(model.parameters()).device) if resumed else copy.deepcopy(model)
     ref.eval().requires_grad_(False)
     return ref
@@ -192,7 +196,10 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
         check_finite("reward", rewards)
         advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
         old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
-        ref_logp = _score(ref_model, rollout, cfg, precision)[0] if ref_model is not None else None
+        ref_logp = None
+        if ref_model is not None:
+            with adapters_disabled(ref_model):
+                ref_logp = _score(ref_model, rollout, cfg, precision)[0]
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
                       ref_logp, lengths, routing)

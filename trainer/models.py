@@ -27,9 +27,11 @@ PAD, EOS = "<pad>", "<eos>"  # distinct: masking pads must never mask a real end
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
-    """A tokenizer with one token per character of `alphabet`, plus pad and end-of-sequence."""
-    vocab = {tok: i for i, tok in enumerate([PAD, EOS, *alphabet])}
+def build_char_tokenizer(alphabet: str, *, size: int | None = None) -> PreTrainedTokenizerFast:
+    """A tokenizer with one token per character of `alphabet`, plus pad and end-of-sequence (and filler
+    tokens `<fN>` up to `size`, which encoding never produces)."""
+    tokens = [PAD, EOS, *alphabet]
+    vocab = {tok: i for i, tok in enumerate(tokens + [f"<f{i}>" for i in range(len(tokens), size or len(tokens))])}
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
     tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tk.decoder = decoders.Fuse()
@@ -38,7 +40,7 @@ def build_char_tokenizer(alphabet: str) -> PreTrainedTokenizerFast:
 
 def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, intermediate_size: int,
                      num_heads: int, num_kv_heads: int, seed: int, max_positions: int = 256,
-                     num_experts: int = 0, experts_per_token: int = 2,
+                     head_dim: int | None = None, num_experts: int = 0, experts_per_token: int = 2,
                      moe_intermediate_size: int = 0) -> Qwen3ForCausalLM | Qwen3MoeForCausalLM:
     """A Qwen3-architecture causal LM with random weights drawn from `seed`; with `num_experts` > 0 a
     Qwen3-MoE (every layer sparse, `experts_per_token` experts of `moe_intermediate_size` per token)."""
@@ -49,7 +51,7 @@ def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, inte
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
-        head_dim=hidden_size // num_heads,
+        head_dim=head_dim or hidden_size // num_heads,
         max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         pad_token_id=0,
@@ -65,6 +67,24 @@ def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, inte
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return arch(cfg)
+
+
+# Qwen/Qwen3-0.6B's config.json: the shape used to test and measure at a real model's size, offline
+QWEN3_0_6B = {"vocab_size": 151936, "hidden_size": 1024, "num_layers": 28, "intermediate_size": 3072, "num_heads": 16,
+              "num_kv_heads": 8, "head_dim": 128}
+
+
+def save_random_qwen3_0_6b(folder: Path, alphabet: str, *, dtype: str = "bfloat16", seed: int = 0) -> Path:
+    """A randomly initialised model of Qwen3-0.6B's shape with a character tokenizer over `alphabet` whose
+    vocabulary is padded to the model's (filler tokens `<fN>`), saved to `folder`; nothing is downloaded."""
+    q = QWEN3_0_6B
+    tokenizer = build_char_tokenizer(alphabet, size=q["vocab_size"])
+    model = build_tiny_qwen3(q["vocab_size"], hidden_size=q["hidden_size"], num_layers=q["num_layers"],
+                             intermediate_size=q["intermediate_size"], num_heads=q["num_heads"],
+                             num_kv_heads=q["num_kv_heads"], head_dim=q["head_dim"], seed=seed, max_positions=40960)
+    model.to(DTYPES[dtype]).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def cache_root(configured: str | None) -> Path:

@@ -4,25 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from omegaconf import OmegaConf
+
 from gspo.conf.errors import GspoError
 from gspo.trainer.coldstart import ColdStartSpec, cold_start_path
+from gspo.trainer.lora import add_lora, load_adapter
 from gspo.trainer.models import DTYPES, load_pretrained
 from gspo.trainer.precision import check_precision, resolve_precision
 
 
-def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = None):
-    """(model, tokenizer) for `cfg.model`; `path` (a checkpoint folder) overrides where weights come from."""
+def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = None, merge: bool = False):
+    """(model, tokenizer) for `cfg.model`; `path` (a checkpoint folder) overrides where weights come from.
+    With LoRA (`model.lora.r > 0`) a checkpoint holds only the adapter: the base is loaded from where the
+    run started and the adapter put on it (folded into the weights with `merge`)."""
     m = cfg.model
-    if path is None and m.name == "tiny":
+    lora = OmegaConf.select(cfg, "model.lora.r", default=0) > 0  # a run's config.yaml from before LoRA has none
+    weights = None if lora else path
+    if weights is None and m.name == "tiny":
         if cfg.task.kind == "math":
             raise GspoError("model=tiny speaks only the embedded arith task: use task=arith, or a real model")
         if cfg.task.kind == "code":
             log("model=tiny knows only arithmetic: on task=code it writes no code (an end-to-end check of the "
                 "task, not training)")
-        path = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log))
-    return load_pretrained(path or m.name, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
-                           attn_implementation=m.attn_implementation,
-                           gradient_checkpointing=m.gradient_checkpointing)
+        weights = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log))
+    model, tokenizer = load_pretrained(weights or m.name, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
+                                       attn_implementation=m.attn_implementation,
+                                       gradient_checkpointing=m.gradient_checkpointing)
+    if lora:
+        model = load_adapter(model, path, merge=merge) if path else add_lora(model, m.lora)
+    return model.eval(), tokenizer
 
 
 def tiny_spec(cfg) -> ColdStartSpec:

@@ -50,5 +50,5 @@ def load_checkpoint(folder: Path, optimizer, scheduler, precision: Precision) ->
     state = torch.load(folder / "optimizer.pt", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
-    precision.load_state_dict(state["precision"])
+    precision.load_state_dict(state.get("precision", {}))  # checkpoints from before master weights have none
     return int(json.loads((folder / "trainer_state.json").read_text())["step"])

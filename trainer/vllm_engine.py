@@ -18,13 +18,18 @@ tensors through `llm.apply_model` (vLLM >= 0.9) or `llm.collective_rpc`; a V1 en
 process then needs `VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the loader, set as a default too.
 The prefix cache is reset after each sync: cached prompt KV from the old weights must not be reused.
 
-Log-prob semantics. The trainer scores a token as log_softmax(logits / temperature), over the whole
-vocabulary (trainer/logprobs.py). vLLM's V1 sampler returns, by default, *raw* log-probs:
+Sleep mode (`rollout.vllm_sleep`, on by default). Between a rollout and the next weight sync the update
+needs the GPU: vLLM sleeps at level 1 (its weights copied to CPU memory, its KV cache freed) after every
+generate, and wakes before the next sync or generate. Level 2 would drop the weights instead, but an
+eval's generate can follow a sync and precede the next one, so it would wake to garbage weights.
+The rollout is built on the CPU here; the loop moves it to the trainer's device once.
+
+Log-prob semantics. The trainer scores a token as log_softmax(logits / temperature) over the top-p
+nucleus (trainer/logprobs.py), the distribution vLLM samples from. vLLM's V1 sampler returns, by default, *raw* log-probs:
 log_softmax(logits) before temperature, penalties and top-k/top-p. Since vLLM 0.10.2,
 `LLM(logprobs_mode="processed_logprobs")` returns them after temperature and top-k/top-p instead, which
 is what this engine asks for when `algo.old_logp_source=engine`. These equal the trainer's when
-top_p = 1; with top_p < 1 they are renormalized over the nucleus (the sampler's true probability, which
-HFEngine does not report), and `mismatch/logp_abs_diff` shows the gap. Older V1 engines give raw
+top_p = 1, and with top_p < 1 both renormalize over the nucleus; `mismatch/logp_abs_diff` shows any gap. Older V1 engines give raw
 log-probs, equal to the trainer's only at temperature 1, so other temperatures are refused there; the
 V0 engine (VLLM_USE_V1=0, vLLM < 0.11) always returned processed ones. Greedy calls (evals) request no
 log-probs and return `engine_logp=None`.
@@ -178,6 +183,23 @@ def _load_into_worker(worker, weights) -> None:
     worker.model_runner.model.load_weights(weights)
 
 
+class SleepMode:
+    """Puts a colocated vLLM to sleep (level 1) between uses and wakes it before the next one."""
+
+    def __init__(self, llm, enabled: bool):
+        self.llm, self.enabled, self.asleep = llm, enabled, False
+
+    def wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def sleep(self) -> None:
+        if self.enabled and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+
 def _import_vllm():
     if importlib.util.find_spec("vllm") is None:
         raise ImportError("No module named 'vllm'")
@@ -213,13 +235,15 @@ class _VLLMEngine:
         self.llm = vllm.LLM(
             model=self.model_path, dtype=r.vllm_dtype, gpu_memory_utilization=r.gpu_memory_utilization,
             tensor_parallel_size=r.tensor_parallel_size, enable_prefix_caching=True, seed=cfg.seed,
-            trust_remote_code=cfg.model.trust_remote_code, **extra,
+            trust_remote_code=cfg.model.trust_remote_code, enable_sleep_mode=r.vllm_sleep, **extra,
         )
+        self.sleep_mode = SleepMode(self.llm, r.vllm_sleep)
         # in place only with one worker: with TP, the in-process driver holds just its own shard (V0)
         self._local_model = find_local_model(self.llm) if r.tensor_parallel_size == 1 else None
 
     def sync_weights(self, model) -> None:
         """Push the trainer's current weights into vLLM, so the next rollout samples the current policy."""
+        self.sleep_mode.wake()
         push_weights(self.llm, model.state_dict(), self._local_model)
 
     def generate(self, prompts: list[str], *, seed: int, greedy: bool = False,
@@ -234,9 +258,11 @@ class _VLLMEngine:
             for i in range(len(prompts))
         ]
         outputs = []
+        self.sleep_mode.wake()
         for s in range(0, len(prompts), self.batch_size):
             batch = [{"prompt_token_ids": x} for x in ids[s : s + self.batch_size]]
             outputs += self.llm.generate(batch, params[s : s + self.batch_size], use_tqdm=False)
+        self.sleep_mode.sleep()  # the update gets the GPU memory back
         return rollout_from_outputs(outputs, self.tokenizer, self.eos_ids,
                                     want_logprobs=self.want_logprobs and not greedy)
 
