@@ -38,7 +38,8 @@ def user_errors(fn: F) -> F:
 @grade_app.command("math")
 @user_errors
 def grade_math_cmd(
-    file: Path = typer.Argument(..., help="JSONL rows with `response` and `gold` (or `answer`)."),
+    file: Path = typer.Argument(..., help="JSONL rows with `response` (or `completion`) and `gold` (or `answer`): "
+                              "also a run's samples.jsonl and eval_samples.jsonl."),
     workers: int = typer.Option(1, "--workers", min=1, help="Grading processes."),
 ) -> None:
     """Grade math answers with math-verify (boxed or 'the answer is' answers)."""
@@ -51,8 +52,8 @@ def grade_math_cmd(
 def grade_code_cmd(
     file: Path = typer.Argument(
         ...,
-        help="JSONL rows with `code` or `response`, tests as `tests` or public_test_cases/private_test_cases, "
-        "optional `fn_name` or metadata.func_name.",
+        help="JSONL rows with `code` or `response`, tests as `tests`, `gold` (a run's eval_samples.jsonl) or "
+        "public_test_cases/private_test_cases, optional `fn_name` or metadata.func_name.",
     ),
     timeout: float = typer.Option(regrade.TIMEOUT_S, "--timeout", min=0.1, help="Seconds per test."),
     memory_mb: int = typer.Option(regrade.MEMORY_MB, "--memory-mb", min=16, help="Memory limit per run."),

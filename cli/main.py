@@ -15,7 +15,9 @@ from urllib.parse import urlparse
 
 import typer
 
+from gspo.cli.compare import compare_cmd
 from gspo.cli.grade import grade_app
+from gspo.cli.report import report_cmd
 from gspo.conf.errors import GspoError
 
 app = typer.Typer(
@@ -47,14 +49,27 @@ def _groups_help() -> str:
 @app.command(context_settings=EXTRA, epilog=_groups_help())
 def train(
     overrides: list[str] = typer.Argument(None, help="Hydra overrides, e.g. algo=grpo seed=1 train.steps=20"),
-    cfg: bool = typer.Option(False, "--cfg", help="Print the resolved config and exit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or log lines."),
 ) -> None:
-    """Train with GRPO, GSPO or GSPO-token (default: the embedded tiny model and task, on the CPU)."""
+    """Train with GRPO, GSPO or GSPO-token (default: the embedded tiny model and task, on the CPU).
+
+    Hydra's own flags work as in any Hydra app: --cfg job|hydra|all [--resolve], --info, -m/--multirun
+    (the same as gspo sweep), hydra/launcher=joblib|submitit_local, hydra/sweeper=optuna. --cfg alone
+    prints the resolved, checked config.
+    """
+    from gspo.cli.sweep import INFO_FLAGS, MULTIRUN, run_hydra_flags, run_sweep
     from gspo.conf import compose_config, config_to_yaml
 
-    config = compose_config(overrides or [])
-    if cfg:
+    args = list(overrides or [])
+    if any(a in MULTIRUN for a in args):
+        run_sweep(args)
+        return
+    cfg_alone = "--cfg" in args and args[args.index("--cfg") + 1 : args.index("--cfg") + 2] not in (["job"], ["hydra"], ["all"])
+    if not cfg_alone and any(a in INFO_FLAGS for a in args):
+        run_hydra_flags(args)
+        return
+    config = compose_config([a for a in args if a != "--cfg"])
+    if cfg_alone:
         typer.echo(config_to_yaml(config), nl=False)
         return
     if quiet:
@@ -73,14 +88,20 @@ def train(
 def sweep(
     overrides: list[str] = typer.Argument(None, help="Hydra sweep overrides, e.g. algo=grpo,gspo seed=0,1,2"),
 ) -> None:
-    """Run a grid of training jobs with Hydra's multirun (any Hydra sweeper or launcher works).
+    """Run a grid of training jobs with Hydra's multirun: the same as gspo train -m (any Hydra launcher
+    or sweeper works: hydra/launcher=joblib, hydra/sweeper=optuna).
 
-    Each job is a full `gspo train` run in <output_dir>/<sweep>-<job>-<algo>-s<seed>/; compare them
-    afterwards from their metrics.jsonl. Example: gspo sweep algo=grpo,gspo seed=0,1,2
+    Each job is a full `gspo train` run in <output_dir>/<sweep>-<job>-<algo>-s<seed>/; the sweep folder
+    results/sweeps/<stamp>/ lists them, and its end says the `gspo report` command that compares them.
+    Example: gspo sweep algo=grpo,gspo seed=0,1,2
     """
     from gspo.cli.sweep import run_sweep
 
     run_sweep(overrides or [])
+
+
+app.command("report")(report_cmd)
+app.command("compare", context_settings=EXTRA)(compare_cmd)
 
 
 EVAL_KEYS = {"run": str, "model": str, "bench": str, "k": int, "limit": int, "temperature": float, "top_p": float,

@@ -1,15 +1,27 @@
-"""`gspo sweep`: Hydra's own multirun, driven from Typer.
+"""`gspo sweep` (= `gspo train -m`) and Hydra's own flags: Hydra's multirun, driven from Typer.
 
 Hydra's maintainers intend `@hydra.main` to own the command line, and the compose API alone gives up
-multirun and launchers; so the sweep hands its arguments to a `hydra.main` job with `--multirun`
-(sys.argv set, function called), and each job runs the same `train` as `gspo train`.
+multirun and launchers; so these commands hand their arguments to a `hydra.main` job (sys.argv set,
+function called), and each job runs the same `train` as `gspo train`. Any Hydra launcher or sweeper
+works (`hydra/launcher=joblib|submitit_local`, `hydra/sweeper=optuna`, from the optional extras); a job
+returns the final value of `objective=` (default eval/<task>/accuracy) for a search sweeper to maximize
+or minimize (hydra.sweeper.direction=). A launcher that runs n jobs at once gets cores // n torch
+threads per job, so parallel jobs do not oversubscribe the cores.
+
+A sweep lives in results/sweeps/<stamp>/ (or hydra.sweep.dir=): Hydra's per-job folders, and
+runs/<job>.json naming each job's run directory (with its process id, start and end time), written as
+the job starts and as it ends, so `gspo report` finds the runs of a sweep still going or killed. W&B: the sweep's runs share the group
+`sweep-<stamp>` and are tagged with their algorithm and swept values.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import sys
 import time
+from pathlib import Path
 
 import hydra
 import typer
@@ -17,30 +29,92 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from gspo.conf import GspoError, validate_config
+from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
+from gspo.trainer.report.runs import SWEEP_RUNS, load_run, sweep_runs
+from gspo.trainer.report.tables import run_value
+from gspo.trainer.rundir import atomic_write_text
+
+QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+MULTIRUN = ("-m", "--multirun")
+INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
-def run_sweep(overrides: list[str]) -> None:
+def run_sweep(args: list[str], preset_keys: tuple[str, ...] = ()) -> Path:
+    """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir."""
     register_configs()
+    overrides = [a for a in args if a not in MULTIRUN]
+    check_sweep_overrides(overrides)
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"  # two sweeps in one second: two names
-    sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir=results/sweeps/{stamp}",
-                "hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",
-                f"+hydra.job.env_set.GSPO_SWEEP={stamp}", *overrides]
+    given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
+    sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
+    os.environ["GSPO_SWEEP"] = stamp
+    os.environ["GSPO_SWEPT"] = " ".join(dict.fromkeys([*preset_keys, *swept_keys(overrides)]))
+    sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
+    _job()
+    runs = sweep_runs(sweep_dir)
+    typer.echo(f"sweep finished: {len(runs)} run(s), listed in {sweep_dir / SWEEP_RUNS}/")
+    for run in runs:
+        typer.echo(f"  {run}")
+    typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
+    return sweep_dir
+
+
+def run_hydra_flags(args: list[str]) -> None:
+    """Hydra's own informational flags (--cfg job|hydra|all, --resolve, --info): printed by Hydra itself."""
+    register_configs()
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    sys.argv = ["gspo train", *[a for a in args if a not in overrides], *QUIET, *overrides]
     _job()
 
 
+def _threads_per_job() -> int | None:
+    """A launcher running n jobs at once (joblib's n_jobs) gets cores // n torch threads per job."""
+    n_jobs = HydraConfig.get().launcher.get("n_jobs")
+    if not n_jobs:
+        return None
+    cores = os.cpu_count() or 1
+    return max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+
+
+def _name_job(cfg: DictConfig, job) -> None:
+    stamp = os.environ.get("GSPO_SWEEP", "sweep")
+    swept = os.environ.get("GSPO_SWEPT", "").split()
+    given = dict(o.split("=", 1) for o in job.override_dirname.split(",") if "=" in o)
+    with open_dict(cfg):
+        if cfg.run_id is None:
+            cfg.run_id = f"{stamp}-{job.num}-{cfg.algo.name}-s{cfg.seed}"
+        cfg.logger.group = cfg.logger.group or f"sweep-{stamp}"
+        tags = [f"algo={cfg.algo.name}"] + [f"{k}={given[k]}" for k in swept if k in given and k != "algo"]
+        cfg.logger.tags = list(dict.fromkeys([*cfg.logger.tags, *tags]))
+
+
+def _record(hc, record: dict) -> None:
+    atomic_write_text(Path(hc.sweep.dir) / SWEEP_RUNS / f"{hc.job.num}.json", json.dumps(record) + "\n")
+
+
 @hydra.main(config_path="pkg://gspo.conf", config_name="config", version_base="1.3")
-def _job(cfg: DictConfig) -> None:
+def _job(cfg: DictConfig) -> float:
+    """One training run; returns the final value of cfg.objective (what a search sweeper optimizes)."""
+    import torch
+
     from gspo.trainer.loop import train
 
-    job = HydraConfig.get().job
+    hc = HydraConfig.get()
     try:
         validate_config(cfg)
-        if cfg.run_id is None:
-            with open_dict(cfg):
-                cfg.run_id = f"{job.env_set.get('GSPO_SWEEP', 'sweep')}-{job.num}-{cfg.algo.name}-s{cfg.seed}"
-        typer.echo(f"sweep job {job.num}: {' '.join(job.override_dirname.split(','))} -> {cfg.run_id}", err=True)
+        _name_job(cfg, hc.job)
+        threads = _threads_per_job()
+        if threads:
+            torch.set_num_threads(threads)
+        run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
+        record = {"run_dir": str(run_dir), "pid": os.getpid(), "started": time.time()}
+        _record(hc, record)
+        typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir} "
+                   f"(torch threads {torch.get_num_threads()})", err=True)
         train(cfg, log=lambda m: typer.echo(m, err=True))
+        _record(hc, record | {"ended": time.time()})
+        return run_value(load_run(run_dir), cfg.objective or f"eval/{cfg.task.name}/accuracy", "final")
     except GspoError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)

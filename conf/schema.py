@@ -191,6 +191,7 @@ class Config:
     output_dir: str = "results/runs"  # runs go to <output_dir>/<run_id>/, relative to the current directory
     run_id: str | None = None  # None: <time>-<algo>-s<seed>
     resume: bool = False  # continue run_id from its last checkpoint
+    objective: str | None = None  # metric a sweep job returns to a search sweeper (Optuna): its last value; None: eval/<task>/accuracy
 
 
 def register_configs() -> None:

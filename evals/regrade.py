@@ -32,17 +32,24 @@ class RegradeSummary:
         return self.n_correct / self.n if self.n else 0.0
 
 
+def _response(rec: dict) -> str | None:
+    """The graded text: `response` (gspo eval's eval_samples.jsonl, most tools) or `completion` (a run's
+    samples.jsonl)."""
+    text = rec.get("response", rec.get("completion"))
+    return text if isinstance(text, str) else None
+
+
 def regrade_math(path: str | Path, *, workers: int = 1) -> RegradeSummary:
-    """Grade rows with `response` and `gold` (or `answer`) by grade_math."""
+    """Grade rows with `response` (or `completion`) and `gold` (or `answer`) by grade_math."""
     rows = _read_nonempty(path)
     responses, golds = [], []
     for row, rec in rows:
-        if not isinstance(rec.get("response"), str):
-            raise GspoError(f"{path}: row {row} has no response (a string)")
+        if _response(rec) is None:
+            raise GspoError(f"{path}: row {row} has no response or completion (a string)")
         gold = rec.get("gold", rec.get("answer"))
         if is_missing(gold):
             raise GspoError(f"{path}: row {row} has no gold (or answer)")
-        responses.append(rec["response"])
+        responses.append(_response(rec))
         golds.append(str(gold))
     correct = grade_math_batch(responses, golds, workers=workers)
     verdicts = [Verdict(ok, float(ok), "correct" if ok else "wrong_answer") for ok in correct]
@@ -59,7 +66,8 @@ def regrade_code(
 ) -> RegradeSummary:
     """Grade rows with `code` (or a `response` to extract code from) on tests in the LCB layout.
 
-    Tests: `tests`, or `public_test_cases` + `private_test_cases` (lists, JSON, or LCB-compressed);
+    Tests: `tests`, `gold` (eval_samples.jsonl), or `public_test_cases` + `private_test_cases` (lists, JSON,
+    or LCB-compressed);
     function name: `fn_name` or `metadata.func_name`. Rows run `workers` at a time, each in its own
     sandbox; `progress` shows a progress bar.
     """
@@ -91,11 +99,12 @@ def _read_nonempty(path: str | Path) -> list[tuple[int, dict]]:
 
 def _code_job(rec: dict, row: int, source: str) -> dict:
     where = f"{source}: row {row}"
-    code, response = rec.get("code"), rec.get("response")
-    if not isinstance(code, str) and not isinstance(response, str):
+    code, response = rec.get("code"), _response(rec)
+    if not isinstance(code, str) and response is None:
         raise GspoError(f"{where} has neither code nor response")
-    if "tests" in rec:
-        tests = decode_tests(rec["tests"], where, "tests")
+    if "tests" in rec or "gold" in rec:  # eval_samples.jsonl keeps a code problem's tests as its gold
+        field = "tests" if "tests" in rec else "gold"
+        tests = decode_tests(rec[field], where, field)
     else:
         tests = decode_tests(rec.get("public_test_cases"), where, "public_test_cases")
         tests += decode_tests(rec.get("private_test_cases"), where, "private_test_cases")
@@ -110,7 +119,7 @@ def _code_job(rec: dict, row: int, source: str) -> dict:
     fn_name = rec.get("fn_name") or (metadata.get("func_name") if isinstance(metadata, dict) else None)
     return {
         "code": code if isinstance(code, str) else None,
-        "response": response if isinstance(response, str) else "",
+        "response": response or "",
         "tests": tests,
         "fn_name": fn_name or None,
     }

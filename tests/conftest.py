@@ -109,3 +109,15 @@ def gspo(gspo_env, cold_start) -> Gspo:
 def finished_run(gspo, tmp_path_factory) -> Path:
     """A finished two-step TINY run with LEARNING_SEED, shared by the session: read it, never write to it."""
     return gspo.train(tmp_path_factory.mktemp("runs"), "finished", f"seed={LEARNING_SEED}", "train.steps=2")
+
+
+@pytest.fixture(scope="session")
+def sweep_dir(gspo, tmp_path_factory) -> Path:
+    """`gspo sweep algo=grpo,gspo seed=0,1 train.steps=2` on TINY (the console script), shared by the
+    session: four finished runs under <tmp>/runs, the sweep folder returned. Read it, never write to it."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    result = gspo.subprocess("sweep", *TINY, "algo=grpo,gspo", "seed=0,1", "train.steps=2", "logger.progress=false",
+                             f"output_dir={cwd / 'runs'}", "hydra.sweep.dir=sweep", cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"gspo report sweep --out {Path('sweep') / 'report'}" in result.stdout
+    return cwd / "sweep"

@@ -68,8 +68,10 @@ def test_a_registered_function_is_reachable_with_its_own_options():
 
     register("test_constant")(constant)
     try:
-        loss, _ = policy_loss("test_constant", **inputs(), scale=2.0)
-        assert loss.item() == 0.0
+        logp = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.0, -0.5]], dtype=F64)  # sums to 1.25
+        loss, _ = policy_loss("test_constant", **{**inputs(), "logp": logp}, scale=2.0)
+        assert loss.item() == 2.5  # the option reached the function: 1.25 * 2.0, not its default 1.0
+        assert policy_loss("test_constant", **{**inputs(), "logp": logp})[0].item() == 1.25
         with pytest.raises(TypeError, match="kl_beta"):
             policy_loss("test_constant", **inputs(), kl_beta=0.1)
     finally:

@@ -68,8 +68,10 @@ def test_two_step_run_directory(finished_run):
     assert all(0.0 <= r[EVAL] <= 1.0 for r in (rows[0], rows[2]))
 
     evals = read_jsonl(run / "evals.jsonl")
-    accuracy = {(e["step"], e["metric"]): e["value"] for e in evals if e["benchmark"] == "arith"}
-    assert accuracy[(0, "accuracy")] == rows[0][EVAL] and accuracy[(2, "accuracy")] == rows[2][EVAL]
+    accuracy = {(e["step"], e["metric"], e["temperature"]): e["value"] for e in evals if e["benchmark"] == "arith"}
+    assert accuracy[(0, "pass@1", 1.0)] == rows[0][EVAL] and accuracy[(2, "pass@1", 1.0)] == rows[2][EVAL]
+    assert accuracy[(2, "pass@1", 0.0)] == rows[2][EVAL.replace("accuracy", "accuracy_greedy")]
+    assert all((e["k"], e["top_p"], e["max_new_tokens"]) == (1, 1.0, 16) for e in evals)
     assert {e["n_problems"] for e in evals} == {8}  # task.eval_size
 
     samples = read_jsonl(run / "samples.jsonl")

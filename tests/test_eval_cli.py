@@ -1,4 +1,4 @@
-"""`gspo eval` on a run's checkpoint, periodic benchmark evals in `gspo train`, and `gspo sweep`.
+"""`gspo eval` on a run's checkpoint and periodic benchmark evals in `gspo train` (sweeps: test_sweep_report.py).
 
 The tiny test model cannot solve AIME or write code; these tests check the plumbing end to end on the
 real benchmark records (rows, metrics, samples, the training engine, the shared graders), and that the
@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gspo.conf.errors import GspoError
+from gspo.trainer.rundir import _write_manifest
 from tests.conftest import TINY
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -43,17 +45,66 @@ def test_eval_run_checkpoint_on_aime_writes_rows_and_samples(gspo, finished_run,
     assert all(s["verdict"] in ("correct", "wrong_answer") for s in samples)
 
 
+def _memorise(ckpt: Path, problems, steps: int = 30) -> None:
+    """Fine-tune the checkpoint's model on the worked solutions of `problems` and save it in place."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        for p in problems:
+            ids = torch.tensor([tokenizer(p.prompt + p.solution)["input_ids"] + [tokenizer.eos_token_id]])
+            labels = ids.clone()
+            labels[:, : len(tokenizer(p.prompt)["input_ids"])] = -100
+            model(input_ids=ids, labels=labels).loss.backward()
+            opt.step()
+            opt.zero_grad()
+    model.save_pretrained(ckpt)
+
+
 def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
-    """`bench=arith` on a run is that run's held-out set: same problems, model, grader and greedy decoding,
-    so the accuracy must equal the final greedy accuracy `gspo train` logged."""
+    """`bench=arith` on a run is that run's held-out set, graded greedily by the same grader as the
+    training eval. The run's checkpoint is first taught half of its held-out problems, so the accuracy
+    is neither 0 nor 1: `gspo eval` must find exactly the problems the trainer's own eval finds right."""
+    from gspo.conf import compose_config
+    from gspo.evals.arith import make_split
+    from gspo.trainer.engines import make_engine
+    from gspo.trainer.evaluate import eval_task
+    from gspo.trainer.loop import format_prompts
+    from gspo.trainer.models import load_pretrained
+    from gspo.trainer.tasks import build_task
+
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
-    logged = _rows(run / "metrics.jsonl")[-1]["eval/arith/accuracy_greedy"]
+    ckpt = run / "checkpoints" / "step_000002"
+    cfg = compose_config([*TINY, "seed=4"])
+    held_out = make_split("test", 8, seed=0, min_digits=1, max_digits=1, ops=cfg.task.ops)
+    _memorise(ckpt, held_out[::2])
+    (ckpt / "complete.json").unlink()
+    _write_manifest(ckpt, 2)  # the edited checkpoint is a new, whole one: its manifest says so
+
+    task = build_task(cfg.task)
+    assert [it.prompt for it in task.eval_items] == [p.prompt for p in held_out]
+    model, tokenizer = load_pretrained(str(ckpt))
+    engine = make_engine(cfg, model, tokenizer)
+    prompts = format_prompts(tokenizer, task.eval_items, chat=False)
+    texts = engine.generate(prompts, seed=0, greedy=True).texts
+    rewards = task.rewards(texts, [it.gold for it in task.eval_items])
+    right = {it.prompt for it, r in zip(task.eval_items, rewards, strict=True) if r == 1.0}
+    trainer_accuracy = eval_task(engine, task, prompts, seed=0)["accuracy_greedy"]
+    assert 0 < trainer_accuracy < 1 and trainer_accuracy == len(right) / 8
+
     result = gspo.invoke("eval", f"run={run}", "bench=arith", "temperature=0")
     assert result.exit_code == 0, (result.exception, result.output)
     rows = {r["metric"]: r for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and "sample" not in r}
     assert rows["n_problems"]["value"] == 8
-    assert rows["pass@1"]["value"] == pytest.approx(logged, abs=0)
+    assert rows["pass@1"]["value"] == pytest.approx(trainer_accuracy, abs=0)
+    samples = _rows(run / "eval_samples.jsonl")
+    assert sorted(s["id"] for s in samples) == sorted(it.prompt for it in task.eval_items)
+    assert {s["id"] for s in samples if s["verdict"] == "correct"} == right
 
 
 @pytest.mark.parametrize(
@@ -69,10 +120,23 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     ],
 )
 def test_eval_bad_input_is_one_line(gspo, finished_run, args, needle):
+    """In-process: each bad input raises GspoError with a one-line message, which is exactly what the
+    console script's handler prints as `error: ...` with exit code 2 (any other exception would print a
+    traceback); the test below runs that handler for real."""
     has_model = any(a.startswith(("model=", "run=")) for a in args)
     result = gspo.invoke("eval", *([] if has_model else [f"run={finished_run}"]), *args)
-    assert result.exit_code != 0
-    assert needle in str(result.exception) or needle in result.output, (result.exception, result.output)
+    assert isinstance(result.exception, GspoError), (result.exception, result.output)
+    assert needle in str(result.exception) and "\n" not in str(result.exception)
+
+
+@pytest.mark.parametrize(("args", "needle"), [(["bench=arith", "k=two"], "k='two'"),
+                                              (["model=/nonexistent/checkpoint", "bench=arith"], "model path not found")])
+def test_eval_bad_input_through_the_console_script(gspo, finished_run, args, needle):
+    has_model = any(a.startswith(("model=", "run=")) for a in args)
+    result = gspo.subprocess("eval", *([] if has_model else [f"run={finished_run}"]), *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
 
 
 def test_eval_run_without_checkpoint_or_config(gspo, tmp_path):
@@ -96,18 +160,6 @@ def test_train_periodic_benchmark_eval_logs_eval_bench_metrics(gspo, tmp_path):
     assert len(_rows(run / "eval_samples.jsonl")) == 2 * 2
 
 
-def test_sweep_runs_each_job_through_train(gspo, tmp_path):
-    result = gspo.subprocess("sweep", *TINY, "algo=grpo,gspo", "train.steps=1", "logger.progress=false",
-                             f"output_dir={tmp_path / 'runs'}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert len(runs) == 2 and runs[0].endswith("-0-grpo-s0") and runs[1].endswith("-1-gspo-s0")
-    for name in runs:
-        status = json.loads((tmp_path / "runs" / name / "run.json").read_text())
-        assert status["status"] == "finished"
-    assert (tmp_path / "results" / "sweeps").is_dir()
-
-
 def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
     from tests.test_wandb_logger import history_by_step, read_records
 
@@ -117,7 +169,10 @@ def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     logs = [p for p in (run / "wandb").glob("offline-run-*/run-*.wandb")]
     assert len(logs) == 1
-    history = history_by_step(read_records(logs[0]))
+    records = read_records(logs[0])
+    (record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (record.run_group, record.job_type) == ("finished", "eval")  # the training run's own group
+    history = history_by_step(records)
     logged = {k: v for step in history.values() for k, v in step.items() if k.startswith("eval/")}
     rows = {r["metric"]: r["value"] for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and r["step"] == 2
             and r["metric"] in ("pass@1", "n_problems")}

@@ -111,6 +111,7 @@ def test_offline_run_log_holds_the_metrics(wandb_run):
     assert kinds[0] == "header" and "run" in kinds and "exit" in kinds
     (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (run_record.run_id, run_record.project) == ("wb", "gspo")
+    assert (run_record.display_name, run_record.run_group, run_record.job_type) == ("wb", "wb", "train")
     (exit_record,) = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
     assert exit_record.exit_code == 0
 

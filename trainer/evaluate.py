@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer.loggers import start_wandb, wandb_group, wandb_mode
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
 from gspo.trainer.tasks import Task
@@ -21,6 +22,22 @@ def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, gr
     if greedy:
         out["accuracy_greedy"] = _accuracy(engine.generate(prompts, seed=seed, greedy=True).texts, golds, task)
     return out
+
+
+def eval_rows(benchmark: str, metrics: dict[str, float], **settings) -> list[dict]:
+    """evals.jsonl rows, one per metric, each saying how it was made. `settings`: step, model, n_problems,
+    k (samples per problem), temperature (0: greedy), top_p, max_new_tokens. Training evals and
+    `gspo eval` write the same names: pass@1, avg@k, pass@k, n_problems (the benchmark's own score)."""
+    return [{"benchmark": benchmark, "metric": m, "value": v, **settings} for m, v in metrics.items()]
+
+
+def task_eval_rows(name: str, metrics: dict[str, float], *, temperature: float, **settings) -> list[dict]:
+    """The held-out task eval in the benchmark vocabulary: its sampled accuracy is pass@1 at the training
+    temperature, its greedy accuracy pass@1 at temperature 0 (metrics.jsonl keeps accuracy/accuracy_greedy)."""
+    rows = eval_rows(name, {"pass@1": metrics["accuracy"]}, k=1, temperature=temperature, **settings)
+    if "accuracy_greedy" in metrics:
+        rows += eval_rows(name, {"pass@1": metrics["accuracy_greedy"]}, k=1, temperature=0.0, **settings)
+    return rows
 
 
 def _accuracy(texts: list[str], golds: list[str], task: Task) -> float:
@@ -53,8 +70,10 @@ def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int
         responses = texts[i * k : (i + 1) * k]
         graded = bench.grade(problem, responses, workers=workers)
         verdicts.append(graded)
-        samples.extend({"benchmark": bench.name, "id": problem.id, "sample": j, "response": r,
-                        "correct": v.correct, "verdict": v.verdict} for j, (r, v) in enumerate(zip(responses, graded, strict=True)))
+        extra = {"fn_name": problem.meta["fn_name"]} if problem.meta.get("fn_name") else {}
+        samples.extend({"benchmark": bench.name, "id": problem.id, "sample": j, "response": r, "gold": problem.gold,
+                        **extra, "correct": v.correct, "verdict": v.verdict}
+                       for j, (r, v) in enumerate(zip(responses, graded, strict=True)))
     return bench.score(verdicts, k), samples
 
 
@@ -89,8 +108,10 @@ def run_eval(req: EvalRequest, log=print) -> Path:
     run = RunDir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     greedy = req.temperature == 0
-    engine = HFEngine(model, tokenizer, temperature=req.temperature or info["temperature"], top_p=req.top_p,
-                      max_new_tokens=req.max_new_tokens or info["max_new_tokens"], batch_size=req.batch_size)
+    settings = {"temperature": 0.0 if greedy else req.temperature or info["temperature"], "top_p": req.top_p,
+                "max_new_tokens": req.max_new_tokens or info["max_new_tokens"]}
+    engine = HFEngine(model, tokenizer, temperature=settings["temperature"] or info["temperature"], top_p=req.top_p,
+                      max_new_tokens=settings["max_new_tokens"], batch_size=req.batch_size)
     tracker = _eval_wandb(req, out_dir, info)
     for bench in benches:
         metrics, samples = eval_benchmark(engine, bench, k=req.k, seed=req.seed, chat=info["chat"],
@@ -99,10 +120,9 @@ def run_eval(req: EvalRequest, log=print) -> Path:
             tracker.log({f"eval/{bench.name}/{m}": v for m, v in metrics.items()})
         for s in samples:
             run.append("eval_samples.jsonl", {"step": info["step"], **s})
-        n = len(bench.problems)
-        for metric, value in metrics.items():
-            run.append("evals.jsonl", {"benchmark": bench.name, "metric": metric, "value": value, "k": req.k,
-                                       "n_problems": n, "model": info["model"], "step": info["step"]})
+        for row in eval_rows(bench.name, metrics, step=info["step"], model=info["model"], n_problems=len(bench.problems),
+                             k=req.k, **settings):
+            run.append("evals.jsonl", row)
         log(f"{bench.name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
     if tracker is not None:
         tracker.finish()
@@ -111,12 +131,10 @@ def run_eval(req: EvalRequest, log=print) -> Path:
 
 def _eval_wandb(req: EvalRequest, out_dir: Path, info: dict):
     """A W&B run for this eval, grouped with the training run it evaluates (None when disabled)."""
-    from gspo.trainer.loggers import start_wandb, wandb_mode
-
     mode = wandb_mode(req.wandb)
     if mode == "disabled":
         return None
-    return start_wandb(mode, out_dir, project="gspo", job_type="eval", group=out_dir.name if req.run else None,
+    return start_wandb(mode, out_dir, project="gspo", job_type="eval", group=info.get("group"),
                        name=f"eval-{Path(info['model']).name}",
                        config={"model": info["model"], "step": info["step"], "benches": req.benches, "k": req.k})
 
@@ -158,6 +176,7 @@ def _eval_model(req: EvalRequest, log):
         model, tok = load_policy(cfg, log, path=str(ckpt), merge=True)  # a LoRA adapter folded into the base
         step = int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
         return model, tok, {"model": str(ckpt), "step": step, "chat": cfg.model.chat_template,
+                            "group": wandb_group(cfg, run.path.name),
                             "temperature": cfg.rollout.temperature, "max_new_tokens": cfg.rollout.max_new_tokens}
     if req.model == "tiny":
         cfg = compose_config([])

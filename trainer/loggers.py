@@ -75,9 +75,15 @@ def start_wandb(mode: str, folder: Path, **init):
                       settings=wandb.Settings(console="off", x_disable_stats=True), **init)
 
 
+def wandb_group(cfg, folder: str) -> str:
+    """A sweep's runs share its group (sweep-<stamp>); a lone run is its own group (its run id, else its
+    folder's name), which its evals join, also from a copied or moved run folder."""
+    return cfg.logger.group or cfg.run_id or folder
+
+
 def _start_wandb(run: RunDir, cfg, config_dict: dict, mode: str):
     return start_wandb(
-        mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity, group=cfg.logger.group,
-        tags=list(cfg.logger.tags) or None, name=run.path.name, id=run.path.name.replace("/", "-"),
+        mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity, group=wandb_group(cfg, run.path.name),
+        job_type="train", tags=list(cfg.logger.tags) or None, name=run.path.name, id=run.path.name.replace("/", "-"),
         resume="allow", config=config_dict,
     )

@@ -26,7 +26,7 @@ from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
-from gspo.trainer.evaluate import eval_benchmark, eval_task
+from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
@@ -270,16 +270,21 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     configured benchmarks (`eval.benches`) through the same code as `gspo eval`."""
     seed = step_seed(cfg.seed, step, "eval")
     prompts = format_prompts(engine.tokenizer, task.eval_items, chat=cfg.model.chat_template)
-    results = {task.name: (eval_task(engine, task, prompts, seed=seed, greedy=cfg.train.eval_greedy), len(prompts))}
+    how = {"step": step, "model": cfg.model.name, "top_p": cfg.rollout.top_p}
+    task_metrics = eval_task(engine, task, prompts, seed=seed, greedy=cfg.train.eval_greedy)
+    loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
+                                 max_new_tokens=cfg.rollout.max_new_tokens, **how))
+    results = {task.name: task_metrics}
     for bench in benches:
         metrics, samples = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
                                           workers=cfg.eval.workers, max_new_tokens=cfg.eval.max_new_tokens)
-        results[bench.name] = (metrics, len(bench.problems))
+        results[bench.name] = metrics
         loggers.eval_samples([{"step": step, **s} for s in samples])
+        loggers.evals(eval_rows(bench.name, metrics, n_problems=len(bench.problems), k=cfg.eval.k,
+                                temperature=cfg.rollout.temperature, **how,
+                                max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens))
     row = {}
-    for name, (metrics, n) in results.items():
-        loggers.evals([{"step": step, "benchmark": name, "metric": k, "value": v, "k": cfg.eval.k if name != task.name else 1,
-                        "n_problems": n, "model": cfg.model.name} for k, v in metrics.items()])
+    for name, metrics in results.items():
         log(f"step {step}: " + ", ".join(f"eval/{name}/{k} {v:.3f}" for k, v in metrics.items()))
         row |= {f"eval/{name}/{k}": v for k, v in metrics.items()}
     return row

@@ -160,7 +160,7 @@ class RunDir:
 
         return {
             "run_id": self.path.name, "started": _now(), "started_unix": time.time(),
-            "host": socket.gethostname(), "python": sys.version.split()[0], "platform": platform.platform(),
+            "host": socket.gethostname(), "cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
             "versions": {"gspo": _gspo_version(), "torch": torch.__version__, "transformers": transformers.__version__},
             "command": " ".join(sys.argv),
         }

@@ -1,0 +1,212 @@
+"""Mutation check: does some test fail when a feature is deliberately broken? Run by hand, not in CI.
+
+    python benchmarks/mutations.py            # every breakage
+    python benchmarks/mutations.py nproc kl   # only those whose name contains one of the words
+    python benchmarks/mutations.py --all bwrap  # without -x: every test that fails, not only the first
+
+Each breakage is a literal text replacement in one or more source files (it must match exactly once,
+so a stale entry fails loudly instead of silently testing nothing). The files are changed in place,
+because the project is installed editable and the sandbox ships its runner as source, so a copy of the
+tree would not be what the tests import; every file is restored in a `finally`, a backup beside the
+script restores any file a killed run left changed, and the script checks at the end that each file
+is byte-identical to what it was. For each breakage it runs the named tests with `-x -q` and prints
+which test caught it, or that none did.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKUP = ROOT / "benchmarks" / ".mutations-backup.json"  # exists only while a mutant is applied
+LOCK = ROOT / "benchmarks" / ".mutations.lock"  # one run at a time: two would restore each other's mutants
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    why: str
+    edits: tuple[tuple[str, str, str], ...]  # (file, old text, new text)
+    tests: tuple[str, ...]
+
+
+SANDBOX = ("tests/test_sandbox.py",)
+UPDATE = ("tests/test_trainer_update.py",)
+FEATURES = ("tests/test_trainer_features.py",)
+
+MUTANTS = [
+    Mutant("algo-hardcoded", "the update always runs GRPO, whatever algo= says",
+           (("trainer/update.py", "        algo.name, logp=logp,", '        "grpo", logp=logp,'),), UPDATE + FEATURES),
+    Mutant("aggregation-ignored", "the update ignores algo.aggregation",
+           (("trainer/update.py", "aggregation=algo.aggregation,", 'aggregation="seq_mean_token_mean",'),), UPDATE),
+    Mutant("micro-batch-ignored", "train.micro_batch_size is ignored (whole minibatch in one forward)",
+           (("trainer/update.py", "micro = train.micro_batch_size or len(idx)", "micro = len(idx)"),), UPDATE),
+    Mutant("micro-batch-local-denominator", "each micro-batch's loss is a mean over itself (peers' bug)",
+           (("trainer/update.py", "seq_den=seq_den, tok_den=tok_den,",
+             "seq_den=float(len(part)), tok_den=float(batch.rollout.completion_mask[part].sum()),"),), UPDATE),
+    Mutant("micro-batch-metric-weights", "micro-batch token metrics weighted by their share of sequences",
+           (("trainer/update.py", "w_seq if k in SEQUENCE_METRICS else w_tok", "w_seq"),), UPDATE),
+    Mutant("epochs-ignored", "train.epochs is ignored in the update",
+           (("trainer/update.py", "for _ in range(train.epochs):", "for _ in range(1):"),), UPDATE + FEATURES),
+    Mutant("kl-term-skipped", "the k3 KL term is never added to the loss",
+           (("algos/common.py", "loss = policy_loss + kl_beta * reduce_tokens(kl)", "loss = policy_loss"),), UPDATE),
+    Mutant("kl-reference-dropped", "the trainer never builds the reference model",
+           (("trainer/loop.py", "    if cfg.algo.kl_beta <= 0:\n        return None", "    return None"),), FEATURES),
+    Mutant("adv-scale-ignored", "algo.adv_scale is ignored by the loop",
+           (("trainer/loop.py", "scale=cfg.algo.adv_scale", 'scale="std"'),), FEATURES),
+    Mutant("engine-logprobs-ignored", "algo.old_logp_source=engine never replaces the old log-probs",
+           (("trainer/loop.py", 'rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp', "old_logp"),),
+           FEATURES),
+    Mutant("chat-template-ignored", "model.chat_template is ignored for training prompts",
+           (("trainer/loop.py", "chat=cfg.model.chat_template, repeat=G", "chat=False, repeat=G"),), FEATURES),
+    Mutant("warmup-ignored", "no lr warmup", (("trainer/state.py", "return (i + 1) / train.warmup_steps", "return 1.0"),),
+           UPDATE + FEATURES),
+    Mutant("schedule-ignores-epochs", "the lr schedule's length ignores epochs",
+           (("trainer/state.py", "train.steps * train.minibatches * train.epochs", "train.steps * train.minibatches"),),
+           UPDATE + FEATURES),
+    Mutant("eos-dropped-from-mask", "the completion mask drops the eos token itself",
+           (("trainer/rollout.py", "seen_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0",
+             "seen_before = is_eos.long().cumsum(-1) > 0"),), ("tests/test_rollout.py",)),
+    Mutant("held-out-swapped", "the training task draws from the held-out bucket",
+           (("trainer/tasks.py", "if not is_held_out(p):", "if is_held_out(p):"),), ("tests/test_arith.py",)),
+    Mutant("test-split-swapped", "make_split('test') returns training problems",
+           (("evals/arith.py", 'want_test = split == "test"', 'want_test = split != "test"'),), ("tests/test_arith.py",)),
+    Mutant("eval-bench-other-problems", "gspo eval's arith benchmark draws other problems than the run's held-out set",
+           (("evals/arith.py", 'problems = make_split("test", limit or n, seed=0,',
+             'problems = make_split("test", limit or n, seed=1,'),),
+           ("tests/test_eval_cli.py::test_eval_arith_agrees_with_the_training_eval",)),
+    Mutant("grader-ignores-last-mark", "the arithmetic grader reads the first answer, not the last",
+           (("evals/arith.py", "return found[-1] if found else None", "return found[0] if found else None"),),
+           ("tests/test_arith.py",)),
+    Mutant("bwrap-no-net-namespace", "bwrap without --unshare-net",
+           (("evals/sandbox_backends.py", '"--unshare-pid", "--unshare-net", ', '"--unshare-pid", '),), SANDBOX),
+    Mutant("bwrap-no-pid-namespace", "bwrap without --unshare-pid (nor --as-pid-1, which needs it)",
+           (("evals/sandbox_backends.py", '"--unshare-user", "--unshare-pid", ', '"--unshare-user", '),
+            ("evals/sandbox_backends.py", '"--die-with-parent", "--as-pid-1", ', '"--die-with-parent", ')), SANDBOX),
+    Mutant("bwrap-writable-root", "bwrap leaves its root file system writable",
+           (("evals/sandbox_backends.py", '"--remount-ro", "/", ', ""),), SANDBOX),
+    Mutant("no-process-limit", "the runner sets no RLIMIT_NPROC",
+           (("evals/sandbox_runner.py", '(resource.RLIMIT_NPROC, (job["nproc"],) * 2), ', ""),), SANDBOX),
+    Mutant("no-file-size-limit", "the runner sets no RLIMIT_FSIZE",
+           (("evals/sandbox_runner.py", '(resource.RLIMIT_FSIZE, (job["fsize_bytes"],) * 2),', ""),), SANDBOX),
+    Mutant("environment-inherited", "the sandbox inherits the grader's environment",
+           (("evals/sandbox_backends.py", '"--chdir", "/tmp", "--clearenv"]', '"--chdir", "/tmp"]'),
+            ("evals/sandbox.py", "stderr=self._stderr,\n                                      env=env,",
+             "stderr=self._stderr,\n                                      env={**os.environ, **env},")), SANDBOX),
+    Mutant("no-uid-drop", "as root, programs keep the grader's uid",
+           (("evals/sandbox_backends.py", "drops = [True, False] if os.geteuid() == 0 else [False]", "drops = [False]"),),
+           SANDBOX),
+    Mutant("math-reward-always-zero", "the math task's reward ignores the grader",
+           (("trainer/tasks.py", "_score=graded_by(grade_math)", "_score=graded_by(lambda response, gold: False)"),),
+           ("tests/test_train_hf_math.py",)),
+    Mutant("eval-first-bench-only", "gspo eval grades only the first of several benchmarks",
+           (("trainer/evaluate.py", "    for bench in benches:", "    for bench in benches[:1]:"),),
+           ("tests/test_eval_features.py",)),
+    Mutant("wandb-new-run-on-resume", "a resumed run logs to a new W&B run",
+           (("trainer/loggers.py", 'id=run.path.name.replace("/", "-"),', "id=None,"),), ("tests/test_wandb_resume.py",)),
+    Mutant("cli-error-traceback", "the console script lets user errors out as tracebacks",
+           (("cli/main.py", "    except GspoError as e:", "    except ZeroDivisionError as e:"),),
+           ("tests/test_eval_cli.py::test_eval_bad_input_through_the_console_script",)),
+    Mutant("eval-bad-k-not-a-user-error", "a bad k= raises a plain ValueError (a traceback at the console)",
+           (("trainer/evaluate.py", 'raise GspoError(f"k={req.k}', 'raise ValueError(f"k={req.k}'),),
+           ("tests/test_eval_cli.py::test_eval_bad_input_is_one_line",)),
+    Mutant("sigterm-not-handled", "SIGTERM kills the run without marking it interrupted",
+           (("trainer/loop.py", "previous = signal.signal(signal.SIGTERM, _raise_interrupt)",
+             "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
+    Mutant("leftovers-not-killed", "a program that exits normally leaves its daemons running",
+           (("evals/sandbox_runner.py",
+             "                _rn_kill_all(pid, False)  # daemons and background children may still hold the pipes",
+             "                pass"),), SANDBOX),
+    Mutant("namespace-kill-dropped", "pid 1 of the namespace no longer kill(-1)s everything after a job",
+           (("evals/sandbox_runner.py", "            os.kill(-1, signal.SIGKILL)  # from a namespace's init",
+             "            pass  # from a namespace's init"),), SANDBOX),
+]
+
+
+def _apply(mutant: Mutant, originals: dict[str, str]) -> None:
+    for file, old, new in mutant.edits:
+        path = ROOT / file
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"{mutant.name}: {file} holds {text.count(old)} copies of {old!r}; fix the list")
+        originals.setdefault(file, text)
+        path.write_text(text.replace(old, new))
+
+
+def _restore(originals: dict[str, str]) -> None:
+    for file, text in originals.items():
+        (ROOT / file).write_text(text)
+
+
+def _restore_backup() -> None:
+    if BACKUP.exists():
+        _restore(json.loads(BACKUP.read_text()))
+        BACKUP.unlink()
+        print("restored files a killed run had left changed")
+
+
+def _first_failure(output: str) -> str | None:
+    found = re.search(r"^FAILED (\S+)", output, re.M) or re.search(r"^ERROR (\S+)", output, re.M)
+    return found.group(1) if found else None
+
+
+def _failures(output: str) -> list[str]:
+    return re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+
+
+def run(mutant: Mutant, *, stop_first: bool = True) -> tuple[str, str | None, float]:
+    originals: dict[str, str] = {}
+    started = time.monotonic()
+    try:
+        _apply(mutant, originals)
+        BACKUP.write_text(json.dumps(originals))
+        proc = subprocess.run([sys.executable, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p",
+                               "no:cacheprovider", *mutant.tests],
+                              cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        out = proc.stdout + proc.stderr
+        status = "caught" if proc.returncode != 0 else "NOT CAUGHT"
+        culprit = (_first_failure(out) if stop_first else ", ".join(_failures(out))) if proc.returncode != 0 else None
+        if proc.returncode not in (0, 1):
+            culprit = f"{culprit} (pytest exit {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        status, culprit = "caught", f"timeout after {TIMEOUT_S} s"
+    finally:
+        _restore(originals)
+        BACKUP.unlink(missing_ok=True)
+    return status, culprit, time.monotonic() - started
+
+
+def main(words: list[str]) -> int:
+    stop_first = "--all" not in words
+    words = [w for w in words if w != "--all"]
+    lock = LOCK.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit("another mutation run is in progress in this tree") from None
+    _restore_backup()
+    before = {f: (ROOT / f).read_bytes() for m in MUTANTS for f, _, _ in m.edits}
+    chosen = [m for m in MUTANTS if not words or any(w in m.name for w in words)]
+    missed = []
+    for mutant in chosen:
+        status, culprit, seconds = run(mutant, stop_first=stop_first)
+        print(f"{mutant.name:32s} {status:10s} {seconds:6.1f}s  {culprit or ''}  ({mutant.why})", flush=True)
+        if status != "caught":
+            missed.append(mutant.name)
+    changed = [f for f, data in before.items() if (ROOT / f).read_bytes() != data]
+    assert not changed, f"files left changed: {changed}"
+    print(f"\n{len(chosen) - len(missed)}/{len(chosen)} breakages caught" + (f"; not caught: {', '.join(missed)}"
+                                                                          if missed else ""))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

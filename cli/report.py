@@ -1,0 +1,42 @@
+"""`gspo report RUNS_OR_SWEEPS... --out DIR`: the comparison of finished (or running, failed, killed) runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from gspo.cli.grade import user_errors
+from gspo.trainer.report import Report, write_report
+from gspo.trainer.report.page import fmt
+
+
+@user_errors
+def report_cmd(
+    paths: list[Path] = typer.Argument(None, help="Run directories and/or sweep directories (results/sweeps/<stamp>)."),
+    out: Path = typer.Option(None, "--out", help="Output folder; default: <sweep>/report for one sweep, "
+                             "else results/reports/<time>."),
+    wandb: str = typer.Option("runs", "--wandb", help="auto|online|offline|disabled, or runs: as the runs' "
+                              "logger.wandb. Logs the plots and the summary table in the runs' W&B group."),
+) -> None:
+    """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
+    in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds."""
+    paths = list(paths or [])
+    if out is None:
+        one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
+        out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
+    report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}",
+                          wandb=wandb)
+    print_report(report)
+
+
+def print_report(report: Report) -> None:
+    for note in report.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"report: {report.out_dir / 'report.html'} (also report.md, summary.csv, {len(report.files) - 3} plots)")
+    if len(report.headline):
+        typer.echo(f"{report.headline_title}:")
+        for row in report.headline.itertuples(index=False):
+            ci = "no interval (one seed)" if row.n < 2 else f"95% CI {fmt(row.ci_low)} to {fmt(row.ci_high)}"
+            typer.echo(f"  {row.arm:<28} {fmt(row.mean):>8}  {ci}  n={row.n}")

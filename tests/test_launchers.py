@@ -1,0 +1,51 @@
+"""Hydra's launcher and sweeper plugins (optional extras) drive `gspo sweep` unchanged: Optuna searches on a
+named metric with trials run two at once by joblib (one torch thread each), and submitit's local launcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import TINY
+
+pytestmark = pytest.mark.slow  # each starts a sweep of fresh interpreters (~20 s of CPU)
+
+
+def _jobs(sweep: Path) -> list[dict]:
+    return [json.loads(f.read_text()) for f in sorted((sweep / "runs").glob("*.json"))]
+
+
+def _final(run: Path, metric: str) -> float:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r[metric] for r in rows if metric in r][-1]
+
+
+def test_optuna_search_with_two_joblib_jobs_at_once(gspo, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    result = gspo.subprocess("sweep", *TINY, "algo=choice(grpo,gspo)", "train.lr=interval(1e-4,1e-3)", "train.steps=1",
+                             "logger.progress=false", "objective=reward/mean", "hydra/sweeper=optuna",
+                             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra.sweeper.direction=maximize",
+                             "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep",
+                             f"output_dir={tmp_path / 'runs'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = _jobs(tmp_path / "sweep")
+    assert a["pid"] != b["pid"] and a["started"] < b["ended"] and b["started"] < a["ended"]  # they overlapped
+    assert result.stderr.count("(torch threads 1)") == 2  # 2 cores shared by 2 jobs (or more cores, 2 jobs)
+    best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+    finals = [_final(Path(job["run_dir"]), "reward/mean") for job in (a, b)]
+    assert best["best_value"] == max(finals)
+    assert "gspo report sweep" in result.stdout
+
+
+def test_submitit_local_sweep_runs(gspo, tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    result = gspo.subprocess("sweep", *TINY, "algo=gspo", "train.steps=1", "logger.progress=false",
+                             "hydra/launcher=submitit_local", "hydra.sweep.dir=sweep", f"output_dir={tmp_path / 'runs'}",
+                             cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (job,) = _jobs(tmp_path / "sweep")
+    assert json.loads((Path(job["run_dir"]) / "run.json").read_text())["status"] == "finished"
+    assert (tmp_path / "sweep" / ".submitit").is_dir()

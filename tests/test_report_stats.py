@@ -1,0 +1,46 @@
+"""95% intervals across seeds, hand-computed (t table: t(0.975, 2) = 4.303)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gspo.trainer.report.stats import diff_ci, excludes_zero, mean_ci, t975
+
+
+def test_mean_ci_three_seeds():
+    # mean 2, sample std 1, half width 4.303 * 1 / sqrt(3)
+    ci = mean_ci([1.0, 2.0, 3.0])
+    assert (ci.mean, ci.n) == (2.0, 3)
+    assert ci.low == pytest.approx(2 - 4.303 / math.sqrt(3), abs=1e-12)
+    assert ci.high == pytest.approx(2 + 4.303 / math.sqrt(3), abs=1e-12)
+
+
+def test_identical_seeds_collapse_to_a_point():
+    ci = mean_ci([0.25, 0.25, 0.25])
+    assert (ci.mean, ci.low, ci.high, ci.n) == (0.25, 0.25, 0.25, 3)
+    d = diff_ci([0.5, 0.5], [0.25, 0.25])
+    assert (d.mean, d.low, d.high) == (0.25, 0.25, 0.25)
+
+
+def test_one_seed_gives_no_interval_and_nan_is_dropped():
+    ci = mean_ci([0.7, math.nan])
+    assert (ci.mean, ci.n) == (0.7, 1) and math.isnan(ci.low) and math.isnan(ci.high)
+    assert not excludes_zero(ci)
+    assert mean_ci([]).n == 0
+
+
+def test_welch_difference():
+    # a - b = 2 - 4 = -2; var/n: 1/3 and 4/3, se = sqrt(5/3);
+    # df = (5/3)^2 / ((1/3)^2/2 + (4/3)^2/2) = 2.94 -> rounded down to 2 -> t = 4.303
+    d = diff_ci([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])
+    half = 4.303 * math.sqrt(5 / 3)
+    assert d.mean == -2.0 and d.n == 3
+    assert (d.low, d.high) == (pytest.approx(-2 - half, abs=1e-12), pytest.approx(-2 + half, abs=1e-12))
+    assert not excludes_zero(d)
+
+
+def test_t_table():
+    assert (t975(1), t975(4), t975(30), t975(1000)) == (12.706, 2.776, 2.042, 1.960)
+    assert t975(2.9) == 4.303 and math.isnan(t975(0))

@@ -1,0 +1,196 @@
+"""`gspo sweep` then `gspo report` on TINY runs: the files, the numbers against the runs' own metrics,
+intervals, plots that are not blank, the page in a headless browser, and bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from gspo.trainer.report.page import fmt
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _runs(sweep: Path) -> list[Path]:
+    jobs = [json.loads(f.read_text()) for f in sorted((sweep / "runs").glob("*.json"))]
+    assert all(job["started"] < job["ended"] for job in jobs)
+    return [Path(job["run_dir"]) for job in jobs]
+
+
+@pytest.fixture(scope="module")
+def report(gspo, sweep_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "out"
+    result = gspo.invoke("report", str(sweep_dir), "--out", str(out))
+    assert result.exit_code == 0, (result.exception, result.output)
+    assert f"report: {out / 'report.html'}" in result.stdout
+    return out
+
+
+def test_sweep_runs_four_jobs_and_records_them(sweep_dir):
+    runs = _runs(sweep_dir)
+    assert [r.name.split("-", 2)[2] for r in runs] == ["0-grpo-s0", "1-grpo-s1", "2-gspo-s0", "3-gspo-s1"]
+    for run in runs:
+        assert json.loads((run / "run.json").read_text())["status"] == "finished"
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["logger"]["group"] == f"sweep-{run.name.split('-')[0]}-{run.name.split('-')[1]}"
+        assert config["logger"]["tags"] == [f"algo={config['algo']['name']}", f"seed={config['seed']}"]
+
+
+def test_report_writes_every_file(report):
+    names = {p.name for p in report.iterdir()}
+    assert {"report.md", "report.html", "summary.csv"} <= names
+    for metric in ("reward_mean", "eval_arith_accuracy", "eval_arith_accuracy_greedy"):
+        assert {f"{metric}_by_{x}.png" for x in ("step", "time", "tokens")} <= names
+    for metric in ("clip_token_frac", "clip_seq_frac", "completion_len_mean", "policy_entropy", "optim_grad_norm",
+                   "time_step_s"):
+        assert f"{metric}_by_step.png" in names
+    md = (report / "report.md").read_text()
+    for png in (p for p in names if p.endswith(".png")):
+        assert f"]({png})" in md
+    assert "With 2 seeds in the smallest arm" in md and "| algo.name=gspo - algo.name=grpo |" in md
+    assert md.count("| finished | 2 | 2 |") == 4  # each run's status, step and configured steps
+
+
+def test_summary_and_tables_equal_the_runs_own_metrics(report, sweep_dir):
+    summary = pd.read_csv(report / "summary.csv").set_index("run_id")
+    md = (report / "report.md").read_text()
+    by_algo: dict[str, list[float]] = {}
+    for run in _runs(sweep_dir):
+        rows = _metrics(run)
+        final_acc = [r["eval/arith/accuracy"] for r in rows if "eval/arith/accuracy" in r][-1]
+        reward = [r["reward/mean"] for r in rows if r["step"] >= 1]
+        clip = [r["clip/token_frac"] for r in rows if r["step"] >= 1]
+        got = summary.loc[run.name]
+        assert got["eval/arith/accuracy final"] == final_acc
+        assert got["reward/mean mean"] == pytest.approx(sum(reward) / len(reward), abs=1e-12)
+        assert got["clip/token_frac mean"] == pytest.approx(sum(clip) / len(clip), abs=1e-12)
+        assert (got["algo.name"], got["status"], got["step"]) == (run.name.split("-")[3], "finished", 2)
+        by_algo.setdefault(got["algo.name"], []).append(sum(clip) / len(clip))
+    for algo, values in by_algo.items():  # the clip table's mean cell for each arm, as printed
+        mean = sum(values) / len(values)
+        assert f"| algo.name={algo} | {fmt(mean)} |" in md
+
+
+def test_identical_seeds_collapse_the_interval(gspo, sweep_dir, tmp_path):
+    run = _runs(sweep_dir)[0]
+    for name in ("a", "b"):
+        shutil.copytree(run, tmp_path / name)
+    result = gspo.invoke("report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, (result.exception, result.output)
+    clip = [r["clip/token_frac"] for r in _metrics(run) if r["step"] >= 1]
+    m = fmt(sum(clip) / len(clip))
+    assert f"| all runs | {m} | {m} | {m} | 2 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_plots_are_not_blank(report):
+    for png in report.glob("*.png"):
+        pixels = mpimg.imread(png)[..., :3].reshape(-1, 3)
+        colors = np.unique((pixels * 255).astype(np.uint8), axis=0)
+        drawn = (pixels < 0.9).any(axis=1).mean()
+        assert len(colors) > 20 and drawn > 0.02, png.name
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no chromium installed (apt-get install chromium)")
+def test_page_renders_in_headless_chromium_with_every_image(report, tmp_path):
+    page = report / "report.html"
+    n_images = page.read_text().count("<img ")
+    assert n_images == len(list(report.glob("*.png"))) and "http" not in page.read_text().replace("http-equiv", "")
+    dom = subprocess.run([BROWSER, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert f'data-images-loaded="{n_images}"' in dom and 'data-images-broken="0"' in dom
+
+
+def test_report_of_a_truncated_metrics_file_uses_whole_rows(gspo, sweep_dir, tmp_path):
+    run = tmp_path / "torn"
+    shutil.copytree(_runs(sweep_dir)[0], run)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward/me')
+    status = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(status | {"status": "running", "step": 2}))  # as a SIGKILL leaves it
+    result = gspo.invoke("report", str(run), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, (result.exception, result.output)
+    assert "1 line(s) that are not whole rows" in result.stderr and "its 3 whole rows" in result.stderr
+    assert "1 run(s) not finished" in result.stderr
+    assert "| torn | all runs | 0 | running | 2 | 2 |" in (tmp_path / "out" / "report.md").read_text()
+    assert pd.read_csv(tmp_path / "out" / "summary.csv")["step"].tolist() == [2]
+
+
+def _other_task(sweep_dir: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "math"
+    shutil.copytree(_runs(sweep_dir)[1], run)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("name: arith", "name: gsm8k"))
+    return run
+
+
+@pytest.mark.parametrize("case", ["no-runs", "not-a-run", "missing", "other-task"])
+def test_bad_report_input_is_one_line_and_writes_nothing(gspo, sweep_dir, tmp_path, case):
+    args = {"no-runs": [], "not-a-run": [str(tmp_path)], "missing": [str(tmp_path / "nope")]}
+    if case == "other-task":
+        args[case] = [str(_runs(sweep_dir)[0]), str(_other_task(sweep_dir, tmp_path))]
+    words = {"no-runs": "no runs given", "not-a-run": "not a run or sweep directory", "missing": "no such run",
+             "other-task": "task.name"}
+    result = gspo.invoke("report", *args[case], "--out", str(tmp_path / "out"))
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and words[case] in errors[0], result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [["sweep"], ["train", "-m"]])
+def test_bad_sweep_override_fails_before_any_job(gspo, tmp_path, command):
+    result = gspo.subprocess(*command, "seed=0,1", "algo=grpo,nope", cwd=tmp_path, timeout=120)
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and "algo/nope" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_train_takes_hydras_flags(gspo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = gspo.invoke("train", "--cfg", "job", "train.steps=3")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["train"]["steps"] == 3
+    result = gspo.invoke("train", "--cfg", "hydra")
+    assert "sweeper" in yaml.safe_load(result.stdout)["hydra"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_rows_say_how_they_were_made_and_grade_reads_our_own_files(gspo, sweep_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(_runs(sweep_dir)[0], run)
+    training = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
+    result = gspo.invoke("eval", f"run={run}", "bench=arith", "temperature=0", "max_new_tokens=12")
+    assert result.exit_code == 0, (result.exception, result.output)
+    evaluated = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()][len(training):]
+    assert [(r["step"], r["temperature"]) for r in training] == [(0, 1.0), (0, 0.0), (2, 1.0), (2, 0.0)]
+    assert {r["metric"] for r in training} == {"pass@1"} and {"pass@1", "n_problems"} <= {r["metric"] for r in evaluated}
+    assert all((r["top_p"], r["max_new_tokens"], r["k"]) == (1.0, 16, 1) for r in training)
+    assert all((r["temperature"], r["top_p"], r["max_new_tokens"], r["k"]) == (0.0, 1.0, 12, 1) for r in evaluated)
+    for name, n in (("samples.jsonl", 2 * 4), ("eval_samples.jsonl", 8)):  # samples_per_step x steps; eval_size
+        result = gspo.invoke("grade", "math", str(run / name))
+        assert result.exit_code == 0, (name, result.output)
+        graded = (run / name.replace(".jsonl", ".graded.jsonl")).read_text().splitlines()
+        assert len(graded) == n and f"graded {n} rows" in result.stdout
+
+
+def test_report_logs_plots_and_summary_to_wandb_when_on(gspo, sweep_dir, tmp_path):
+    out = tmp_path / "out"
+    result = gspo.invoke("report", str(sweep_dir), "--out", str(out), "--wandb", "offline")
+    assert result.exit_code == 0, (result.exception, result.output)
+    (files,) = out.glob("wandb/offline-run-*/files")
+    pngs = sorted(out.glob("*.png"))
+    assert len(list(files.glob("media/images/report/*.png"))) == len(pngs) > 0
+    assert len(list(files.glob("media/table/report/summary_*.table.json"))) == 1

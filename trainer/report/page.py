@@ -1,0 +1,85 @@
+"""A report as a list of blocks, written as Markdown (images beside it) and as one self-contained HTML
+page (images embedded as base64, styles inline, no network needed to open it).
+
+The page carries a small inline script that marks, once the page has loaded, how many images decoded
+(`data-images-loaded`) and how many did not (`data-images-broken`) on <html>, so a headless browser can
+check that every image is there.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str  # h1, h2, p, table, img, pre
+    text: str = ""
+    table: pd.DataFrame | None = None
+    image: Path | None = None
+
+
+def fmt(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _md_cell(value) -> str:
+    return fmt(value).replace("|", "\\|").replace("\n", "\\n")
+
+
+def to_markdown(blocks: list[Block], rel_to: Path) -> str:
+    out = []
+    for b in blocks:
+        if b.kind in ("h1", "h2"):
+            out.append(("# " if b.kind == "h1" else "## ") + b.text)
+        elif b.kind == "p":
+            out.append(b.text)
+        elif b.kind == "pre":
+            out.append(f"```\n{b.text}\n```")
+        elif b.kind == "img":
+            out.append(f"![{b.text}]({b.image.relative_to(rel_to).as_posix()})")
+        elif b.kind == "table":
+            cols = list(b.table.columns)
+            lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+            lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in b.table.itertuples(index=False)]
+            out.append("\n".join(lines))
+    return "\n\n".join(out) + "\n"
+
+
+STYLE = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}"
+         "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+         "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}pre{background:#f6f6f6;padding:.5em}")
+SCRIPT = ("window.addEventListener('load',function(){var i=[].slice.call(document.images);"
+          "var ok=i.filter(function(x){return x.complete&&x.naturalWidth>0}).length;"
+          "document.documentElement.setAttribute('data-images-loaded',ok);"
+          "document.documentElement.setAttribute('data-images-broken',i.length-ok);});")
+
+
+def _html_block(b: Block) -> str:
+    if b.kind in ("h1", "h2", "p"):
+        return f"<{b.kind}>{html.escape(b.text)}</{b.kind}>"
+    if b.kind == "pre":
+        return f"<pre>{html.escape(b.text)}</pre>"
+    if b.kind == "img":
+        data = base64.b64encode(b.image.read_bytes()).decode("ascii")
+        return f'<figure><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"></figure>'
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in b.table.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(v))}</td>" for v in row) + "</tr>"
+                   for row in b.table.itertuples(index=False))
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def to_html(blocks: list[Block], title: str) -> str:
+    body = "\n".join(_html_block(b) for b in blocks)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style><script>{SCRIPT}</script></head>\n<body>\n{body}\n</body></html>\n")

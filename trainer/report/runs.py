@@ -1,0 +1,113 @@
+"""Read run directories for a report: offline, from the files a run leaves, whatever its state.
+
+A path may be a run directory (it has config.yaml) or a sweep directory (it lists its runs in
+runs/<job>.json, written by each job as it starts and again as it ends). A run still going, failed or killed is read as it
+is: its metrics up to the last whole row and its status as run.json says (a run killed with SIGKILL
+still says "running"; the report shows that with its last step).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from gspo.conf.errors import GspoError
+
+SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended"} of that job
+
+
+@dataclass
+class Run:
+    path: Path
+    config: dict  # flattened resolved config: {"algo.name": "gspo", "seed": 0, ...}
+    status: dict  # run.json
+    metrics: pd.DataFrame  # one row per step, indexed by position, column "step" included
+    torn_lines: int  # lines of metrics.jsonl that are not whole JSON rows (a run killed mid-write)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def last_step(self) -> int:
+        return int(self.metrics["step"].max()) if len(self.metrics) else 0
+
+
+def flatten(node, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists become their string form so they compare and print."""
+    out = {}
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= flatten(value, f"{name}.")
+        else:
+            out[name] = str(value) if isinstance(value, list) else value
+    return out
+
+
+def _metrics(path: Path) -> tuple[pd.DataFrame, int]:
+    rows, torn = [], 0
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                torn += 1
+    frame = pd.DataFrame(rows)
+    if "step" not in frame:
+        frame["step"] = pd.Series(dtype=int)
+    return frame.sort_values("step").reset_index(drop=True), torn
+
+
+def load_run(path: Path) -> Run:
+    config = path / "config.yaml"
+    if not config.is_file():
+        raise GspoError(f"not a run or sweep directory (no config.yaml, no {SWEEP_RUNS}/): {path}")
+    status = json.loads((path / "run.json").read_text()) if (path / "run.json").exists() else {}
+    metrics, torn = _metrics(path / "metrics.jsonl")
+    return Run(path, flatten(OmegaConf.to_container(OmegaConf.load(config), resolve=True)), status, metrics, torn)
+
+
+def sweep_jobs(path: Path) -> list[dict]:
+    """What a sweep recorded of each job, in job order (a torn record, from a killed job, is skipped)."""
+    files = sorted((path / SWEEP_RUNS).glob("*.json"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0)
+    jobs = []
+    for f in files:
+        try:
+            jobs.append(json.loads(f.read_text()))
+        except json.JSONDecodeError:
+            continue
+    return jobs
+
+
+def sweep_runs(path: Path) -> list[Path]:
+    """The run directories a sweep recorded, in job order."""
+    return [Path(job["run_dir"]) for job in sweep_jobs(path)]
+
+
+def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
+    """Every run under `paths` (runs or sweeps), each once, and notes on what was skipped. A path that is
+    neither a run nor a sweep is an error; a sweep job that never started its run is skipped and noted."""
+    if not paths:
+        raise GspoError("no runs given: pass run directories or sweep directories (results/sweeps/<stamp>)")
+    found: list[tuple[Path, bool]] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise GspoError(f"no such run or sweep directory: {p}")
+        found.extend([(r, True) for r in sweep_runs(p)] if (p / SWEEP_RUNS).is_dir() else [(p, False)])
+    runs, notes, seen = [], [], set()
+    for p, from_sweep in found:
+        if p.resolve() in seen:
+            continue
+        seen.add(p.resolve())
+        if from_sweep and not (p / "config.yaml").is_file():
+            notes.append(f"{p}: listed by its sweep but has no config.yaml (the job failed before it started)")
+            continue
+        runs.append(load_run(p))
+    if not runs:
+        raise GspoError(f"no runs found in {', '.join(map(str, paths))}")
+    return runs, notes
