@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = ()) -> Path:
     register_configs()
     overrides = [a for a in args if a not in MULTIRUN]
     check_sweep_overrides(overrides)
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"  # two sweeps in one second: two names
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
     sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
     os.environ["GSPO_SWEEP"] = stamp
