@@ -74,9 +74,13 @@ def train(
         return
     if quiet:
         config.logger.progress = False
+    if config.eval.weak_sandbox:
+        os.environ["GSPO_SANDBOX_WEAK"] = "1"  # read where the code sandbox picks its backend
     from gspo.trainer.loop import train as run_training
 
-    run_dir = run_training(config, log=(lambda _m: None) if quiet else _log)
+
+    log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
+    run_dir = run_training(config, log=log)
     typer.echo(f"run finished: {run_dir}")
 
 
@@ -173,7 +177,7 @@ def main() -> None:
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.echo("interrupted: the run directory is kept; continue with resume=true run_id=<id>", err=True)
+        typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
         sys.exit(130)
 
 

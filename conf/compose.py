@@ -7,6 +7,8 @@ the offending group, key or value.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
@@ -16,13 +18,17 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.errors import GspoError
+from gspo.conf.ranges import check_numbers
+from gspo.conf.resume import expand_resume_dir, resume_config
 from gspo.conf.schema import Config, register_configs
 
 GROUPS = ("algo", "model", "task", "rollout", "logger")
 
 
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
-    """The resolved config for `overrides` (Hydra syntax: `algo=grpo train.steps=5`)."""
+    """The resolved config for `overrides` (Hydra syntax: `algo=grpo train.steps=5`); with `resume=true`
+    (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make."""
+    overrides = expand_resume_dir(list(overrides or []))
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -31,6 +37,8 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
         OmegaConf.resolve(cfg)
         _check_missing(cfg)
         _check_schema(cfg)
+        if cfg.resume:
+            cfg = resume_config(cfg, overrides)
     except (MissingConfigException, ConfigCompositionException, HydraException, OmegaConfBaseException) as e:
         raise GspoError(_one_line(e)) from None
     finally:
@@ -81,6 +89,7 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
 
 def validate_config(cfg: DictConfig) -> None:
     """Checks across fields: each raises a GspoError naming the key and the rule."""
+    _check_run_location(cfg)
     t, r = cfg.train, cfg.rollout
     if t.group_size < 2:
         raise GspoError(f"train.group_size={t.group_size}: group advantages need at least 2 completions per prompt")
@@ -99,6 +108,8 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError("train.save_every, train.keep_checkpoints and train.eval_every must be >= 0")
     if t.epochs < 1 or t.lr <= 0 or t.max_grad_norm <= 0:
         raise GspoError("train.epochs must be >= 1, train.lr > 0 and train.max_grad_norm > 0")
+    if t.on_nonfinite not in ("stop", "skip"):
+        raise GspoError(f"train.on_nonfinite={t.on_nonfinite!r}: use stop or skip")
     if t.lr_schedule not in ("constant", "linear", "cosine"):
         raise GspoError(f"train.lr_schedule={t.lr_schedule!r}: use constant, linear or cosine")
     if not (0 < cfg.algo.clip_low < 1 and cfg.algo.clip_high > 0):
@@ -133,11 +144,28 @@ def validate_config(cfg: DictConfig) -> None:
     if cfg.algo.routing_replay and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
         raise GspoError("algo.routing_replay=true needs a Mixture-of-Experts model and the embedded model is dense: "
                         "use model=tiny-moe (or an MoE through model=hf)")
+    check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
     if cfg.task.kind in ("math", "code") and not cfg.task.dataset:
         raise GspoError(f"task.dataset is required for a {cfg.task.kind} task: a Hugging Face id or a local .jsonl")
     if cfg.task.eval_size < 1:
         raise GspoError("task.eval_size must be >= 1")
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def _check_run_location(cfg: DictConfig) -> None:
+    """run_id is a plain folder name (never a path out of output_dir); output_dir can be created and written."""
+    if cfg.run_id is not None and not _PLAIN_NAME.fullmatch(str(cfg.run_id)):
+        raise GspoError(f"run_id={cfg.run_id!r}: use a plain name (letters, digits, '.', '_', '-', '+'; no '/')")
+    existing = Path(cfg.output_dir).expanduser().absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise GspoError(f"output_dir={cfg.output_dir}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise GspoError(f"output_dir={cfg.output_dir}: {existing} is not writable; set output_dir= to a writable folder")
 
 
 def _check_paths(cfg: DictConfig) -> None:

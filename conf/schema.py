@@ -158,6 +158,7 @@ class TrainConfig:
     eval_greedy: bool = True  # also report greedy accuracy
     save_every: int = 10  # steps between checkpoints (a killed run resumes from the last); 0: only the final one
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
+    on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch (undone whole; keeps a copy of the weights and optimizer state)
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
     precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
     collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json
@@ -173,6 +174,7 @@ class EvalConfig:
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     workers: int = 2  # grading processes
     paths: dict[str, str] = field(default_factory=dict)  # bench -> local file overriding the hub id
+    weak_sandbox: bool = False  # run model-written code without strong isolation (as GSPO_SANDBOX_WEAK=1)
 
 
 @dataclass

@@ -213,7 +213,10 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
     p = Path(path).expanduser()
     if not p.is_file():
         raise GspoError(f"file not found: {p}" if not p.exists() else f"not a file: {p}")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise GspoError(f"{p}: not UTF-8 text (byte {e.start}); convert it, e.g. iconv -f latin1 -t utf-8") from None
     if p.suffix == ".json" or text.lstrip().startswith("["):
         try:
             data = json.loads(text)

@@ -37,7 +37,6 @@ LCB_PRELUDE = "\n".join(f"from {m} import *" for m in (
                             "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json"))
 LCB_RECURSION_LIMIT = 50000
 _SHOW = 1000  # characters of stdout/stderr/expected kept per test
-_MEMORY_SIGNS = ("MemoryError", "Cannot allocate memory", "out of memory")
 
 
 @dataclass
@@ -118,10 +117,13 @@ def _stripped_lines(text: str) -> list[str]:
 
 
 def _decimals(line: str) -> list[decimal.Decimal] | None:
+    """The line's tokens as finite decimals, or None: NaN, sNaN and Infinity compare as text only
+    (comparing an sNaN raises decimal.InvalidOperation, and a grader must not be crashed by output)."""
     try:
-        return [decimal.Decimal(token) for token in line.split()]
+        numbers = [decimal.Decimal(token) for token in line.split()]
     except (decimal.InvalidOperation, ValueError):
         return None
+    return numbers if all(n.is_finite() for n in numbers) else None
 
 
 def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None, timeout_s: float,
@@ -188,7 +190,9 @@ def _judge(raw: RunResult, timeout_s: float, memory_mb: int) -> TestResult:
         result.verdict, result.message = "time_limit", f"wall-clock limit ({raw.wall_s:.1f}s) exceeded"
     elif raw.limit == "cpu" or raw.cpu_s > timeout_s:
         result.verdict, result.message = "time_limit", f"CPU time limit ({timeout_s:g}s) exceeded"
-    elif any(sign in raw.stderr for sign in _MEMORY_SIGNS):
+    elif raw.exit_code != 0 and last_line.startswith("MemoryError"):
+        # a run that failed with the runner's traceback ending in MemoryError (RLIMIT_AS refused an
+        # allocation); words a program writes never turn a run that exited 0 into a failure
         result.verdict, result.message = "memory_limit", f"memory limit ({memory_mb} MB) exceeded"
     elif raw.exit_code != 0:
         result.verdict = "runtime_error"
@@ -206,7 +210,7 @@ def _compare(sandbox: Sandbox, raw: RunResult, result: TestResult, test: dict, *
     if fn_name:
         try:
             ok = json.loads(raw.stdout) == json.loads(expected)
-        except ValueError:
+        except (ValueError, RecursionError):  # any bytes give a verdict: "[" * 10**6 recurses
             ok = False
     else:
         ok = (lcb_output_matches if compare == "lines" else tokens_match)(raw.stdout, expected)

@@ -7,8 +7,8 @@ one after another. Layers, outermost first:
     runner --fork--> one child per job: own rlimits, own process group, fresh working dir, stdin from memfd
 
 This module is the grader's side: `Job`, `RunResult`, `Sandbox` (launching and talking to the runner),
-`sandbox_protections`, `sandbox_backend` and `parallel_map`. The backends (bwrap, unshare, plain), the
-root uid-drop shim and the probe that picks a backend live in `sandbox_backends`; the runner, shipped into
+`sandbox_protections`, `sandbox_backend` and `parallel_map`. The backends (bwrap, unshare, plain) and the
+root uid-drop shim live in `sandbox_backends`, the probe that picks one in `sandbox_select`; the runner, shipped into
 the sandbox as source, lives in `sandbox_runner`. `sandbox_protections()` reports what the probe
 *observed*, and a warning names any protection that is missing. Language-level guards are not used:
 ctypes bypasses them.
@@ -34,12 +34,11 @@ from typing import TypeVar
 
 import psutil
 
-from gspo.evals.sandbox_backends import _PROTECTIONS, _Backend, _launch_argv, _sandbox_env, _select_backend
-
 # re-exported: BACKENDS and SANDBOX_UID are public here, and tests clear the backend cache through here
 from gspo.evals.sandbox_backends import BACKENDS as BACKENDS
 from gspo.evals.sandbox_backends import SANDBOX_UID as SANDBOX_UID
-from gspo.evals.sandbox_backends import _select_backend_locked as _select_backend_locked
+from gspo.evals.sandbox_backends import _Backend, _launch_argv, _sandbox_env
+from gspo.evals.sandbox_select import _probed, _select_backend
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +109,7 @@ class Sandbox:
     """
 
     def __init__(self, backend: str | None = None, *, _choice: _Backend | None = None) -> None:
-        self._choice = _choice or _select_backend(backend or os.environ.get("GSPO_SANDBOX_BACKEND") or None)
+        self._choice = _choice or _choose(backend)
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -158,14 +157,14 @@ class Sandbox:
     def _start(self) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
         name, drop = self._choice.name, self._choice.drop_uid
-        if name == "bwrap":
-            workdir = "/tmp/work"
-        else:
-            self._workdir = workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
+        if name != "bwrap":  # plain: the working dir; unshare: the empty folder its new root is mounted on
+            self._workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
             if drop:
-                os.chown(workdir, SANDBOX_UID, SANDBOX_UID)
+                os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
+        workdir = self._workdir if name == "plain" else "/tmp/work"
         env = _sandbox_env(workdir, self.session_id)
-        cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)]}
+        cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
+               "root": self._workdir}
         argv = _launch_argv(self._choice, cfg, env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
@@ -223,20 +222,29 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 
 
+def _choose(backend: str | None) -> _Backend:
+    """A backend named in code is the caller's explicit choice; otherwise GSPO_SANDBOX_BACKEND or the
+    best installed one, which must isolate strongly (sandbox_select.STRONG) unless GSPO_SANDBOX_WEAK=1."""
+    if backend:
+        return _select_backend(backend, strict=False)
+    return _select_backend(os.environ.get("GSPO_SANDBOX_BACKEND") or None)
+
+
 def sandbox_protections(backend: str | None = None) -> dict[str, bool]:
     """Protections observed by the probe for the backend in use (probed once per process).
 
     Keys: user_ns, pid_ns, net_ns, mount_ns, ipc_ns, readonly_fs (nothing outside the sandbox's own
-    tmp is writable), host_fs_hidden, unprivileged_uid (the real uid is not root), no_capabilities,
+    tmp is writable), host_fs_hidden, private_tmp (files in /tmp, /dev/shm, /var/tmp stay inside),
+    host_sockets_blocked (no host unix socket, path or abstract, is reachable), no_nested_userns, unprivileged_uid (the real uid is not root), no_capabilities,
     no_new_privs (setuid binaries grant nothing), rlimits, nproc_limit (the kernel ignores RLIMIT_NPROC
     for real root), network_isolated, scrubbed_env.
     """
-    return dict(_PROTECTIONS[_select_backend(backend or os.environ.get("GSPO_SANDBOX_BACKEND") or None)])
+    return dict(_probed(_choose(backend)))
 
 
 def sandbox_backend(backend: str | None = None) -> str:
     """Name of the backend in use, e.g. "bwrap (uid 65534)"."""
-    choice = _select_backend(backend or os.environ.get("GSPO_SANDBOX_BACKEND") or None)
+    choice = _choose(backend)
     return choice.name + (f" (uid {SANDBOX_UID})" if choice.drop_uid else "")
 
 

@@ -1,17 +1,20 @@
-"""Sandbox backends: the command that launches the runner, and the probe that picks a backend.
+"""Sandbox backends: the command that launches the runner through each (the probe that picks one lives
+in sandbox_select).
 
-Backends, best first, chosen once per process by running a probe program through each until one works:
+Backends, best first, each probed once per process by running a probe program through it. The sandbox
+fails closed: the first backend that shows every STRONG protection (host filesystem hidden, nothing
+written outside a private /tmp, /dev/shm and /var/tmp, no host socket reachable, unix ones included, no
+nested user namespace, own pid and net namespaces) is used; with none, untrusted code is refused with one
+line saying what to install, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1):
   bwrap    bubblewrap: user, pid, net, ipc, uts, mount namespaces; a read-only root built from /usr, the
            Python prefix and a few /etc files; a size-capped tmpfs /tmp as the only writable place;
            no capabilities; nested user namespaces disabled where bwrap supports it.
-  unshare  util-linux: user, pid, net, ipc, uts namespaces and a private /proc; the host filesystem
-           stays visible, guarded only by file permissions.
+  unshare  util-linux unshare into user, mount, pid, net, ipc and uts namespaces, then the same view
+           of the filesystem as bwrap, built by sandbox_unshare; no capabilities, no nested user namespaces.
   plain    a process group with rlimits, nothing more.
 Run as root, a small shim (`_shim_main`, shipped as source like the runner) first drops to uid/gid 65534
 (after exposing the Python prefix if it lives under a directory that uid cannot enter, such as /root): the
-kernel ignores RLIMIT_NPROC for real root, and root-owned host files must stay out of reach. The probe
-records what it *observed* (namespaces, writes outside the sandbox, uid, capabilities, limits), and a
-warning names any protection that is missing.
+kernel ignores RLIMIT_NPROC for real root, and root-owned host files must stay out of reach.
 """
 
 from __future__ import annotations
@@ -21,29 +24,21 @@ import inspect
 import json
 import logging
 import os
-import resource
 import shutil
 import subprocess
 import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-import psutil
-
-from gspo.conf.errors import GspoError
 from gspo.evals.sandbox_runner import RUNNER_FUNCTIONS
-
-if TYPE_CHECKING:
-    from gspo.evals.sandbox import Sandbox
+from gspo.evals.sandbox_unshare import NS_FUNCTIONS
 
 log = logging.getLogger("gspo.evals.sandbox")  # the sandbox's one logger name, as log settings know it
 
 SANDBOX_UID = 65534  # "nobody": the uid programs run as when the grader itself runs as root
 BACKENDS = ("bwrap", "unshare", "plain")
 _TMPFS_BYTES = 128 << 20  # the sandbox's writable /tmp (bwrap); /dev/shm gets a sixteenth of it
+_TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
               "/etc/group", "/etc/hosts")
 
@@ -70,7 +65,7 @@ def _launch_argv(choice: _Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     if choice.name == "bwrap":
         argv = _bwrap_argv(argv, env)
     elif choice.name == "unshare":
-        argv = [shutil.which("unshare") or "unshare", *_UNSHARE, *argv]
+        argv = _unshare_argv(argv, cfg["root"])
     if choice.drop_uid:
         argv = _shim_argv(argv)
     return argv
@@ -121,7 +116,7 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
     if "--disable-userns" in _bwrap_help():
         argv.append("--disable-userns")  # no nested namespace in which the program gets capabilities
-    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+    for top in _TOPS:
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
@@ -138,8 +133,16 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
     return [*argv, "--", *runner]
 
 
-_UNSHARE = ["--user", f"--map-user={SANDBOX_UID}", f"--map-group={SANDBOX_UID}", "--pid", "--fork",
-            "--kill-child", "--mount-proc", "--net", "--ipc", "--uts", "--"]
+def _unshare_argv(runner: list[str], root: str) -> list[str]:
+    """util-linux unshare into new namespaces, then `_ns_main` builds bwrap's filesystem view at `root`
+    (an empty host folder) and execs the runner; see sandbox_unshare."""
+    links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
+    binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
+    binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
+    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": {"/tmp": _TMPFS_BYTES, "/dev/shm": _TMPFS_BYTES // 16}}
+    return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
+            "--kill-child", "--net", "--ipc", "--uts", "--", sys.executable, "-I", "-S", "-B", "-c",
+            _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]
 
 
 def _sandbox_env(workdir: str, session: str) -> dict[str, str]:
@@ -178,116 +181,3 @@ def _shim_main() -> None:
     os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])
     os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
     os.execv(sys.argv[2], sys.argv[2:])
-
-
-# ---------------------------------------------------------------------------------------------------
-# Probing: which backend works here, and which protections it really gives.
-
-_PROBE = r"""
-import json, os, resource, socket, sys
-host = json.loads(sys.stdin.read())
-
-def ns(kind):
-    try:
-        return os.readlink(f"/proc/self/ns/{kind}")
-    except OSError:
-        return None
-
-def writes(path):
-    try:
-        with open(path, "w") as f:
-            f.write("x")
-    except OSError:
-        return False
-    os.unlink(path)
-    return True
-
-status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-print(json.dumps({
-    "ns": {k: ns(k) != v for k, v in host["ns"].items()},
-    "caps": int(status["CapEff"], 16),
-    "no_new_privs": status.get("NoNewPrivs", "0").strip() == "1",
-    "sees_host": os.path.exists(host["canary"]),
-    "writes_host": writes(os.path.join(host["canary"], "probe")) or writes("/gspo-sandbox-probe"),
-    "interfaces": [name for _, name in socket.if_nameindex()],
-    "as_limit": resource.getrlimit(resource.RLIMIT_AS)[0],
-    "nproc_limit": resource.getrlimit(resource.RLIMIT_NPROC)[0],
-    "env": sorted(os.environ),
-}))
-"""
-_NAMESPACES = {"user_ns": "user", "pid_ns": "pid", "net_ns": "net", "mount_ns": "mnt", "ipc_ns": "ipc"}
-
-
-def _real_uids(sb: Sandbox) -> set[int]:
-    """Real uids, as the host sees them, of the launched process and everything under it."""
-    if sb._proc is None:
-        return {0}
-    try:
-        launched = psutil.Process(sb._proc.pid)
-        return {p.uids().real for p in [launched, *launched.children(recursive=True)]}
-    except psutil.Error:
-        return {0}
-
-
-def _candidates(name: str | None) -> list[_Backend]:
-    if name is not None and name not in BACKENDS:
-        raise GspoError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    names = [name] if name else [n for n in BACKENDS if n == "plain" or shutil.which(n)]
-    drops = [True, False] if os.geteuid() == 0 else [False]
-    return [_Backend(n, d) for d in drops for n in names]
-
-
-def _probe(choice: _Backend) -> dict[str, bool] | str:
-    """Run the probe program through `choice`; the protections it observed, or why it failed."""
-    from gspo.evals.sandbox import Job, Sandbox  # a cycle at import time: Sandbox selects its backend here
-
-    canary = tempfile.mkdtemp(prefix="gspo-probe-")
-    os.chmod(canary, 0o1777)  # writable by anyone: only isolation can stop the probe writing here
-    host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES.values()}
-    try:
-        with Sandbox(_choice=choice) as sb:
-            res = sb.run(Job(code=_PROBE, stdin=json.dumps({"ns": host_ns, "canary": canary}), cpu_s=5))
-            uids = _real_uids(sb)
-    finally:
-        shutil.rmtree(canary, ignore_errors=True)
-    try:
-        seen = json.loads(res.stdout)
-    except ValueError:
-        return res.error or res.stderr.strip()[-300:] or "no output"
-    prot = {key: seen["ns"][kind] for key, kind in _NAMESPACES.items()}
-    prot["readonly_fs"] = not seen["writes_host"]
-    prot["host_fs_hidden"] = not seen["sees_host"]
-    prot["unprivileged_uid"] = 0 not in uids  # seen from the host: nested namespaces hide it inside
-    prot["no_capabilities"] = seen["caps"] == 0
-    prot["no_new_privs"] = seen["no_new_privs"]
-    prot["rlimits"] = seen["as_limit"] != resource.RLIM_INFINITY
-    prot["nproc_limit"] = prot["unprivileged_uid"] and seen["nproc_limit"] != resource.RLIM_INFINITY
-    prot["network_isolated"] = seen["interfaces"] in ([], ["lo"]) and prot["net_ns"]
-    prot["scrubbed_env"] = set(seen["env"]) <= {*_sandbox_env("", ""), "PWD"}  # bwrap sets PWD
-    return prot
-
-
-@functools.cache
-def _select_backend(name: str | None) -> _Backend:
-    with _SELECT_LOCK:  # one probe even when many grading threads start at once
-        return _select_backend_locked(name)
-
-
-@functools.cache
-def _select_backend_locked(name: str | None) -> _Backend:
-    failures = []
-    for choice in _candidates(name):
-        prot = _probe(choice)
-        if isinstance(prot, dict):
-            _PROTECTIONS[choice] = prot
-            missing = [k for k, ok in prot.items() if not ok]
-            if missing:
-                log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
-                            " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
-            return choice
-        failures.append(f"{choice.name}: {prot}")
-    raise GspoError(f"no sandbox backend works here ({'; '.join(failures) or 'none found'})")
-
-
-_PROTECTIONS: dict[_Backend, dict[str, bool]] = {}
-_SELECT_LOCK = threading.Lock()

@@ -8,7 +8,9 @@ results/runs/ holds a finished run; the commands run concurrently to keep the fi
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +24,8 @@ def _math_rows(tmp: Path) -> Path:
     path = tmp / "no_answer.jsonl"
     rows = [{"problem": "1+1?", "answer": "2"}, {"problem": "2+2?", "solution": "4"}, {"problem": "3+3?", "answer": "6"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "latin1.jsonl").write_bytes('{"problem": "caf\u00e9 + 1?", "answer": "2"}\n'.encode("latin-1"))
+    (tmp / "a_file").write_text("")
     return path
 
 
@@ -48,6 +52,15 @@ CASES = [
     ("row-without-answer", ["task=math", "task.dataset={rows}"], ["row 2", "'answer'"], True),
     ("existing-run-id", ["run_id=done"], ["already exists", "resume=true"], True),
     ("resume-missing-run", ["resume=true", "run_id=nope"], ["resume=true", "nope"], True),
+    ("lr-nan", ["train.lr=nan"], ["train.lr=nan", "finite"], False),
+    ("lr-inf", ["train.lr=inf"], ["train.lr=inf", "finite"], False),
+    ("rollout-batch-zero", ["rollout.batch_size=0"], ["rollout.batch_size=0", ">= 1"], False),
+    ("negative-kl", ["algo.kl_beta=-5"], ["algo.kl_beta=-5", ">= 0"], False),
+    ("run-id-path", ["run_id=../x"], ["run_id='../x'", "plain name"], False),
+    ("output-dir-under-a-file", ["output_dir={tmp}/a_file/runs"], ["a_file", "not a folder"], False),
+    ("output-dir-cannot-be-made", ["output_dir=/proc/gspo-runs"], ["/proc/gspo-runs", "cannot create"], True),
+    ("latin1-task-file", ["task=math", "task.dataset={tmp}/latin1.jsonl"], ["latin1.jsonl", "not UTF-8"], True),
+    ("resume-changes-the-run", ["resume=results/runs/done", "train.lr=1"], ["train.lr", "keeps its own config"], False),
     ("precision-name", ["train.precision=fp8"], ["train.precision='fp8'", "auto, fp32, bf16 or fp16"], False),
     ("fp32-on-bf16-weights", ["model.dtype=bfloat16", "train.precision=fp32"], ["train.precision=fp32", "bfloat16"],
      True),
@@ -69,7 +82,7 @@ def _run_cases(gspo, finished_run: Path, base: Path, runtime: bool) -> dict[str,
             continue
         project = base / case_id
         shutil.copytree(finished_run, project / "results" / "runs" / "done")
-        args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, code=code) for o in overrides)]
+        args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, code=code, tmp=base) for o in overrides)]
         jobs[case_id] = (project, args, _snapshot(project))
 
     def run(case_id: str) -> dict:
@@ -105,3 +118,18 @@ def test_bad_input_is_one_error_line_and_leaves_results_alone(request, case_id, 
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "run finished" not in proc.stdout
     assert outcome["after"] == outcome["before"], "the command changed the project's results/ folder"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root to make a read-only mount")
+def test_a_read_only_output_dir_is_one_error_line(gspo, tmp_path):
+    """A really read-only folder (a read-only bind mount in a private mount namespace: root ignores
+    permission bits) as output_dir: one line at compose time, nothing written."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    script = 'mount --bind -o ro "$0" "$0" && exec gspo train -q train.steps=1 output_dir="$0/runs"'
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(folder)],
+                          env=gspo.env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"error: output_dir={folder}/runs: {folder} is not writable; " \
+                                  f"set output_dir= to a writable folder"
+    assert list(folder.iterdir()) == []

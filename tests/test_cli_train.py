@@ -98,7 +98,7 @@ def test_console_script_default_run_dir_and_same_numbers(gspo, finished_run, tmp
     proc = gspo.subprocess("train", "-q", *TINY, f"seed={LEARNING_SEED}", "train.steps=2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (run,) = (tmp_path / "results" / "runs").iterdir()
-    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-gspo-s{LEARNING_SEED}", run.name)
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-gspo-s{LEARNING_SEED}-[0-9a-f]{{6}}", run.name)  # random: no collisions
     assert f"run finished: {Path('results') / 'runs' / run.name}" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "it/s" not in proc.stderr  # -q: no progress bars, ours or the libraries'

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gspo.conf.errors import GspoError
+from gspo.trainer.rundir import _write_manifest
 from tests.conftest import TINY
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -82,6 +83,8 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     cfg = compose_config([*TINY, "seed=4"])
     held_out = make_split("test", 8, seed=0, min_digits=1, max_digits=1, ops=cfg.task.ops)
     _memorise(ckpt, held_out[::2])
+    (ckpt / "complete.json").unlink()
+    _write_manifest(ckpt, 2)  # the edited checkpoint is a new, whole one: its manifest says so
 
     task = build_task(cfg.task)
     assert [it.prompt for it in task.eval_items] == [p.prompt for p in held_out]

@@ -93,4 +93,4 @@ def test_sigterm_marks_the_run_interrupted(gspo, tmp_path):
     assert proc.returncode != 0 and "Traceback" not in stderr
     status = json.loads((run / "run.json").read_text())
     assert status["status"] == "interrupted" and "ended" in status
-    assert "resume=true" in stderr
+    assert f"continue with: gspo train resume={run}" in stderr

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals import sandbox
+from gspo.evals import sandbox, sandbox_select
 from gspo.evals.code import run_code
 from gspo.evals.sandbox import Job, Sandbox, parallel_map, sandbox_backend, sandbox_protections
 
@@ -89,8 +89,8 @@ def test_protections_are_reported_as_booleans():
 
 
 def test_a_backend_missing_protections_says_so(caplog):
-    sandbox._select_backend.cache_clear()
-    sandbox._select_backend_locked.cache_clear()
+    sandbox_select._probed.cache_clear()
+    sandbox_select._warn_weak.cache_clear()
     with caplog.at_level(logging.WARNING, logger="gspo.evals.sandbox"):
         prot = sandbox_protections("plain")
     missing = [k for k, ok in prot.items() if not ok]

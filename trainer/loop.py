@@ -27,6 +27,7 @@ from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
+from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.lora import adapters_disabled
@@ -53,11 +54,20 @@ def train(cfg, log=print) -> Path:
     device = pick_device(cfg.device)
     precision_name = checked_precision(cfg, device)
     require_engine(cfg.rollout)
-    run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
-    run = RunDir.open(cfg.output_dir, run_id, resume=cfg.resume)
-    ckpt = run.latest_checkpoint() if cfg.resume else None
-    if cfg.resume and ckpt is None:
-        log(f"resume: {run.path} has no checkpoint yet, starting over from step 0")
+    cfg.run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
+    run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
+    try:
+        return _train(cfg, run, task, benches, (device, precision_name), log)
+    finally:
+        run.close()
+
+
+def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
+    """The run itself, with `run` locked; `compute`: (device, precision name)."""
+    device, precision_name = compute
+    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume else None
+    if cfg.resume:
+        log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
     if cfg.algo.routing_replay and not find_routers(model):
         raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
@@ -67,7 +77,7 @@ def train(cfg, log=print) -> Path:
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision) if ckpt else 0
-    run.truncate_logs(start)
+    run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     run.write_config(config_to_yaml(cfg))
     run.set_status("running", step=start, run_dir=str(run.path))
     status, error, loggers = "failed", None, None
@@ -85,8 +95,11 @@ def train(cfg, log=print) -> Path:
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
-                row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler), loggers,
-                                 routing)
+                try:
+                    row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler),
+                                     loggers, routing)
+                except NonFinite as e:
+                    row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
                 if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
@@ -103,8 +116,7 @@ def train(cfg, log=print) -> Path:
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
-        log(f"interrupted: {run.path} is kept; continue with resume=true run_id={run.path.name} "
-            f"output_dir={cfg.output_dir}")
+        log(f"interrupted: {run.path} is kept; continue with: gspo train resume={run.path}")
         raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -179,19 +191,27 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
     rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout")).to(precision.device)
     golds = [it.gold for it in items for _ in range(G)]
     rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
-    advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
     t1 = time.perf_counter()
-    old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
-    ref_logp = None
-    if ref_model is not None:
-        with adapters_disabled(ref_model):
-            ref_logp = _score(ref_model, rollout, cfg, precision)[0]
-    lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
-    batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
-                  ref_logp, lengths, routing)
-    metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
-                             rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle")))
-    engine.sync_weights(model)
+    try:
+        check_finite("reward", rewards)
+        advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
+        old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
+        ref_logp = None
+        if ref_model is not None:
+            with adapters_disabled(ref_model):
+                ref_logp = _score(ref_model, rollout, cfg, precision)[0]
+        lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
+        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
+                      ref_logp, lengths, routing)
+        check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
+        metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
+                                 rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle"),
+                                 undoable=t.on_nonfinite == "skip"))
+    except NonFinite as e:
+        e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
+        raise
+    finally:
+        engine.sync_weights(model)
     t2 = time.perf_counter()
     mask = rollout.completion_mask
     lengths = mask.sum(-1)

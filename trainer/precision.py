@@ -66,14 +66,23 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
-        """Clip and apply the accumulated gradients; returns the gradient norm before clipping."""
+    def step(self, optimizer: torch.optim.Optimizer, max_grad_norm: float, guard=None) -> torch.Tensor:
+        """Clip and apply the accumulated gradients; returns the gradient norm before clipping. `guard(norm)`
+        runs before anything is stepped and may raise to stop it; under fp16 it gets None, since the loss
+        scale skips an overflowed step by itself."""
         if self.separate_master:
             for m, p in zip(self.master, self.params, strict=True):
                 m.grad, p.grad = (None if p.grad is None else p.grad.float()), None
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.master, max_grad_norm)
+        if guard is not None:
+            try:
+                guard(norm if self.scaler is None else None)
+            except BaseException:
+                if self.scaler is not None:
+                    self.scaler.update()  # closes this step's unscale_, so the next step may unscale again
+                raise
         if self.scaler is not None:
             self.scaler.step(optimizer)  # skipped when the scaled gradients overflowed
             self.scaler.update()

@@ -6,18 +6,27 @@
       metrics.jsonl    one row per step
       evals.jsonl      one row per (benchmark, metric) evaluation
       samples.jsonl    some prompts, completions and rewards per step
-      checkpoints/step_000040/  model, tokenizer, optimizer and trainer state; `latest` names the newest
+      checkpoints/step_000040/  model, tokenizer, optimizer and trainer state, and complete.json (the
+                       size and sha256 of every file, written last); `latest` names the newest, for people
 
 Whole files are written to a temporary sibling and renamed into place (atomic on POSIX). JSONL rows are
 appended with one write per complete line and flushed; readers skip a torn final line, and a resumed
 run first cuts the logs back to its checkpoint so no step appears twice.
+
+One writer per run: the process that writes a run holds an exclusive `flock` on its folder for its whole
+life, so a second `gspo train` with the same run_id, or a resume of a run that is still going, is refused.
+Resume never trusts a pointer: it scans the step folders newest first and takes the first whose files
+match its complete.json.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import platform
+import secrets
 import shutil
 import socket
 import sys
@@ -29,6 +38,7 @@ from pathlib import Path
 from gspo.conf.errors import GspoError
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "eval_samples.jsonl")
+MANIFEST = "complete.json"  # written last into a checkpoint: without it (or with a mismatch) it is not intact
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -59,28 +69,76 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def default_run_id(algo: str, seed: int) -> str:
-    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{algo}-s{seed}"
+    """<time>-<algo>-s<seed>-<random>: runs started in the same second (parallel jobs) never share a folder."""
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{algo}-s{seed}-{secrets.token_hex(3)}"
 
 
 class RunDir:
     def __init__(self, path: Path):
         self.path = path
         self.checkpoints = path / "checkpoints"
+        self._lock_fd: int | None = None
+        self._owner = False  # set by open(): this object is the run's one writer and locks it
 
     @classmethod
     def open(cls, output_dir: str, run_id: str, *, resume: bool) -> RunDir:
-        """Check that the run can start (or resume) here. Creates nothing: the folder appears with the
-        first file written, so a run that fails before it starts (a bad model path) leaves no empty run."""
+        """Check that the run can start (or resume) here. A resume takes the run's lock at once (and then
+        clears temporary files a killed writer left); a new run creates nothing until its first write, so
+        a run that fails before it starts (a bad model path) leaves no empty run."""
         path = Path(output_dir) / run_id
         exists = (path / "run.json").exists()
         if resume and not exists:
             raise GspoError(f"resume=true but there is no run at {path}")
         if not resume and path.exists() and any(path.iterdir()):
             raise GspoError(f"run directory {path} already exists: pass resume=true or another run_id")
-        return cls(path)
+        run = cls(path)
+        run._owner = True
+        if resume:
+            run._lock()
+            run._clear_leftovers()
+        return run
+
+    def close(self) -> None:
+        """Release the run's lock (the kernel releases it too when the process ends)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _lock(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise GspoError(f"run {self.path} is being written by another gspo process (a live run or its "
+                            f"resume): wait for it to end, or use another run_id") from None
+        self._lock_fd = fd
+
+    def _claim(self) -> None:
+        """Before the first write of a new run: create the folder and take its lock; refuse if someone was first."""
+        if not self._owner or self._lock_fd is not None:
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise GspoError(f"cannot create the run directory {self.path}: {e.strerror}; "
+                            f"set output_dir= to a writable folder") from None
+        self._lock()
+        if any(self.path.iterdir()):
+            self.close()
+            raise GspoError(f"run directory {self.path} already exists: pass resume=true or another run_id")
+
+    def _clear_leftovers(self) -> None:
+        """Temporary files and checkpoint folders of a writer that was killed mid-write."""
+        for name in ("config.yaml", "run.json", *LOGS):
+            for tmp in self.path.glob(f".{name}.*"):
+                tmp.unlink(missing_ok=True)
+        for tmp in [*self.checkpoints.glob(".tmp-*"), *self.checkpoints.glob(".latest.*")]:
+            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink(missing_ok=True)
 
     # --- whole files ---
     def write_config(self, yaml_text: str) -> None:
+        self._claim()
         atomic_write_text(self.path / "config.yaml", yaml_text)
 
     def status(self) -> dict:
@@ -88,6 +146,7 @@ class RunDir:
         return json.loads(f.read_text()) if f.exists() else {}
 
     def set_status(self, status: str, **fields) -> None:
+        self._claim()
         info = self.status() or self._new_info()
         info.update(fields, status=status, updated=_now())
         if status in ("finished", "failed", "interrupted"):
@@ -108,13 +167,20 @@ class RunDir:
 
     # --- logs ---
     def append(self, log: str, row: dict) -> None:
+        self._claim()
         line = json.dumps(row, default=float) + "\n"
         with open(self.path / log, "a") as f:
             f.write(line)
             f.flush()
 
+    def write_json(self, name: str, data: dict) -> Path:
+        self._claim()
+        atomic_write_text(self.path / name, json.dumps(data, indent=2, default=str) + "\n")
+        return self.path / name
+
     def truncate_logs(self, last_step: int) -> None:
-        """Drop rows after `last_step` (and torn lines) so a resumed run never logs a step twice."""
+        """Drop rows after `last_step` (and torn lines) so a resumed run never logs a step twice; -1 drops all."""
+        self._claim()  # a writer that lost the race for a new run must not rewrite the winner's logs
         for name in LOGS:
             f = self.path / name
             if f.exists():
@@ -123,30 +189,75 @@ class RunDir:
 
     # --- checkpoints ---
     def save_checkpoint(self, step: int, write, *, keep: int = 0) -> Path:
-        """`write(folder)` fills a temporary folder that is renamed to checkpoints/step_NNNNNN; then all
-        but the newest `keep` checkpoints are deleted (0 keeps all)."""
+        """`write(folder)` fills a temporary folder; complete.json is added and the folder renamed to
+        checkpoints/step_NNNNNN. Only then are checkpoints older than the newest `keep` complete ones
+        deleted (0 keeps all), so an intact checkpoint never goes before a newer one is complete."""
+        self._claim()
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         final = self.checkpoints / f"step_{step:06d}"
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.checkpoints))
         try:
             write(tmp)
-            if final.exists():
-                shutil.rmtree(final)
+            _write_manifest(tmp, step)
+            if final.exists():  # this step saved again (a finished run resumed with the same steps)
+                os.replace(final, tmp.with_name(tmp.name + "-old"))
             os.replace(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp.with_name(tmp.name + "-old"), ignore_errors=True)
         atomic_write_text(self.checkpoints / "latest", final.name + "\n")
-        if keep > 0:
-            for old in sorted(self.checkpoints.glob("step_*"))[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+        complete = [p for p in self._step_folders() if (p / MANIFEST).exists()]
+        if keep > 0 and len(complete) > keep:
+            for old in self._step_folders():
+                if old.name < complete[-keep].name:
+                    shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def latest_checkpoint(self) -> Path | None:
-        pointer = self.checkpoints / "latest"
-        if not pointer.exists():
-            return None
-        path = self.checkpoints / pointer.read_text().strip()
-        return path if path.exists() else None
+    def latest_checkpoint(self, log=None, *, set_aside: bool = False) -> Path | None:
+        """The newest intact checkpoint, found by scanning (never by trusting `latest`); each newer one
+        that is damaged or incomplete is reported through `log` and passed over, and with `set_aside`
+        (the run's writer, resuming) renamed to damaged-step_NNNNNN so no later prune counts it."""
+        for folder in reversed(self._step_folders()):
+            problem = checkpoint_problem(folder)
+            if problem is None:
+                return folder
+            if log is not None:
+                log(f"resume: checkpoint {folder.name} is not intact ({problem}); trying the one before it")
+            if set_aside:
+                shutil.rmtree(folder.with_name(f"damaged-{folder.name}"), ignore_errors=True)
+                os.replace(folder, folder.with_name(f"damaged-{folder.name}"))
+        return None
+
+    def _step_folders(self) -> list[Path]:
+        return sorted(p for p in self.checkpoints.glob("step_*") if p.is_dir())
+
+
+def _write_manifest(folder: Path, step: int) -> None:
+    files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file()}
+    atomic_write_text(folder / MANIFEST, json.dumps({"step": step, "files": files}, indent=1) + "\n")
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why the checkpoint in `folder` cannot be trusted, or None when every file matches complete.json."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no readable {MANIFEST}: its write never finished"
+    for name, want in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, {want['bytes']} were written"
+        if _sha256(path) != want["sha256"]:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _gspo_version() -> str:

@@ -14,11 +14,13 @@ the same function.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
 from gspo.algos import policy_loss, ratio_diagnostics
+from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.moe import RoutingRecorder
 from gspo.trainer.precision import Precision
@@ -40,13 +42,15 @@ class Batch:
 
 
 def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
-           seed: int) -> dict[str, torch.Tensor]:
+           seed: int, undoable: bool = False) -> dict[str, torch.Tensor]:
     """Run the updates for one rollout batch; returns 0-dim metrics on the model's device, reduced over all
     of them. `rollout` (the config group) says how the tokens were sampled: temperature, top_p, and
-    max_new_tokens, the constant normaliser of Dr. GRPO's aggregation."""
+    max_new_tokens, the constant normaliser of Dr. GRPO's aggregation. With `undoable` (on_nonfinite=skip),
+    a NonFinite raised by any update first restores the state the batch started from."""
     per_update: list[dict[str, torch.Tensor]] = []
     used: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-ratio, mask) of every micro-batch, detached
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
+    snapshot = _snapshot(precision, optimizer, scheduler) if undoable else None
     model.train()
     try:
         for _ in range(train.epochs):
@@ -55,16 +59,61 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
             for s in range(0, len(order), size):
                 metrics = _minibatch_step(model, batch, order[s : s + size], used, precision=precision, algo=algo,
                                           train=train, rollout=rollout)
-                metrics["optim/grad_norm"] = precision.step(optimizer, train.max_grad_norm).detach()
+                guard = _nonfinite_guard(optimizer, metrics, per_update)
+                metrics["optim/grad_norm"] = precision.step(optimizer, train.max_grad_norm, guard=guard).detach()
                 metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=batch.advantages.device)
                 scheduler.step()
                 per_update.append(metrics)
+    except NonFinite:
+        if snapshot is not None:
+            _restore(snapshot, precision, optimizer, scheduler)
+        raise
     finally:
         model.eval()
         if batch.routing is not None:
             batch.routing.stop()
     routing = batch.routing.metrics() if batch.routing is not None else {}
     return reduce_metrics(per_update) | _diagnostics(used) | routing
+
+
+def _snapshot(precision: Precision, optimizer, scheduler) -> tuple:
+    """Copies of what a batch's updates change (weights, optimizer and schedule state), so a batch that
+    meets a non-finite value is undone whole; costs one copy of the trainable weights and the optimizer
+    state per step."""
+    return ([m.detach().clone() for m in precision.master], copy.deepcopy(optimizer.state_dict()),
+            scheduler.state_dict())
+
+
+def _restore(snapshot: tuple, precision: Precision, optimizer, scheduler) -> None:
+    master, optimizer_state, scheduler_state = snapshot
+    with torch.no_grad():
+        torch._foreach_copy_(precision.master, master)
+        if precision.separate_master:
+            torch._foreach_copy_(precision.params, precision.master)
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+
+
+def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
+    """The check Precision.step runs before the optimizer steps: a non-finite loss or gradient norm (None
+    when fp16's loss scale handles an overflow itself) discards the gradients and raises NonFinite, so the
+    bad update never reaches the weights. One host sync per optimizer step."""
+
+    def guard(norm: torch.Tensor | None) -> None:
+        values = {k: v for k, v in metrics.items() if k.startswith("loss/")}
+        if norm is not None:
+            values["optim/grad_norm"] = norm
+        if norm is not None and norm.device.type == "meta":
+            return  # meta tensors hold no values (the device-placement test runs the update there)
+        if bool(torch.stack([v.detach().float() for v in values.values()]).isfinite().all()):
+            return
+        optimizer.zero_grad(set_to_none=True)
+        bad = [k for k, v in values.items() if not bool(v.isfinite())]
+        ratios = [{k: v for k, v in r.items() if k.startswith(("ratio/", "clip/"))} for r in [*done, metrics]]
+        raise NonFinite(f"{', '.join(sorted(bad, reverse=True))} in update {len(done) + 1}",
+                        {"ratio_stats": to_host(reduce_metrics(ratios))})
+
+    return guard
 
 
 def _minibatch_step(model, batch: Batch, idx: list[int], used: list, *, precision: Precision, algo, train, rollout) -> dict:

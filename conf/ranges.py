@@ -1,0 +1,69 @@
+"""Range checks for every numeric setting, at compose time (before torch loads or a file is written).
+
+Each rule is (low, high, low_open): the value must be finite, >= low (> low when low_open) and <= high
+(no upper bound when None). A value of None passes where the schema allows None (e.g. eval.limit).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from omegaconf import DictConfig, ListConfig
+
+from gspo.conf.errors import GspoError
+
+_POS, _NONNEG, _ONE = (0, None, True), (0, None, False), (1, None, False)
+RULES: dict[str, tuple[float, float | None, bool]] = {
+    "seed": _NONNEG,
+    "algo.clip_low": (0, 1, True), "algo.clip_high": _POS, "algo.kl_beta": _NONNEG, "algo.adv_eps": _NONNEG,
+    "train.steps": _NONNEG, "train.prompts_per_step": _ONE, "train.group_size": (2, None, False),
+    "train.minibatches": _ONE, "train.epochs": _ONE, "train.micro_batch_size": _ONE, "train.lr": _POS,
+    "train.warmup_steps": _NONNEG, "train.weight_decay": _NONNEG, "train.adam_betas": (0, 1, False),
+    "train.max_grad_norm": _POS, "train.eval_every": _NONNEG, "train.save_every": _NONNEG,
+    "train.keep_checkpoints": _NONNEG, "train.logprob_chunk": _ONE,
+    "rollout.temperature": _POS, "rollout.top_p": (0, 1, True), "rollout.max_new_tokens": _ONE,
+    "rollout.batch_size": _ONE, "rollout.gpu_memory_utilization": (0, 1, True),
+    "rollout.tensor_parallel_size": _ONE,
+    "task.min_digits": _ONE, "task.max_digits": _ONE, "task.eval_size": _ONE, "task.timeout_s": _POS,
+    "task.workers": _ONE,
+    "eval.k": _ONE, "eval.limit": _ONE, "eval.temperature": _NONNEG, "eval.max_new_tokens": _ONE,
+    "eval.workers": _ONE, "logger.samples_per_step": _NONNEG,
+    "model.tiny.hidden_size": _ONE, "model.tiny.num_layers": _ONE, "model.tiny.intermediate_size": _ONE,
+    "model.tiny.num_heads": _ONE, "model.tiny.num_kv_heads": _ONE, "model.tiny.sft_lr": _POS,
+    "model.tiny.sft_batch_size": _ONE, "model.tiny.sft_max_steps": _NONNEG, "model.tiny.sft_eval_every": _ONE,
+    "model.tiny.sft_eval_max_loss": _POS, "model.tiny.sft_target_accuracy": (0, 1, False),
+}
+
+
+def check_numbers(cfg: DictConfig) -> None:
+    """Every number in the config is finite; those with a rule are in range. Raises a GspoError naming the key."""
+    for key, value in _numbers(cfg, ""):
+        if not math.isfinite(value):
+            raise GspoError(f"{key}={value}: must be a finite number")
+        rule = RULES.get(key.split("[")[0])
+        if rule is not None and not _in_range(value, *rule):
+            raise GspoError(f"{key}={value}: must be {_describe(*rule)}")
+    if cfg.task.max_digits < cfg.task.min_digits:
+        raise GspoError(f"task.max_digits={cfg.task.max_digits} is below task.min_digits={cfg.task.min_digits}")
+
+
+def _numbers(node, prefix: str):
+    """(dotted key, value) of every int or float leaf; list items as key[i]."""
+    items = node.items_ex(resolve=True) if isinstance(node, DictConfig) else enumerate(node)
+    for key, value in items:
+        name = f"{prefix}.{key}".lstrip(".") if isinstance(node, DictConfig) else f"{prefix}[{key}]"
+        if isinstance(value, DictConfig | ListConfig):
+            yield from _numbers(value, name)
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            yield name, value
+
+
+def _in_range(value: float, low: float, high: float | None, low_open: bool) -> bool:
+    above = value > low if low_open else value >= low
+    return above and (high is None or value <= high)
+
+
+def _describe(low: float, high: float | None, low_open: bool) -> str:
+    lower = f"{'>' if low_open else '>='} {low}"
+    return lower if high is None else f"{lower} and <= {high}"

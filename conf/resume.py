@@ -1,0 +1,75 @@
+"""Resume = the run's own config: `resume=true run_id=X` (or `resume=<run dir>`) loads X/config.yaml.
+
+A bare resume command therefore continues the run as it was configured. Overrides on the resume command
+may only extend the run (more steps, evals, checkpoint cadence, logging); an override that would change
+what is trained (model, task, algorithm, batch shape, learning rate, seed, ...) is refused with one line
+naming the key, unless it repeats the run's own value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from gspo.conf.errors import GspoError
+from gspo.conf.schema import Config
+
+# Keys (or whole groups) a resume command may change: none of them changes the trajectory of the run.
+EXTENDS = ("train.steps", "train.eval_every", "train.eval_greedy", "train.save_every", "train.keep_checkpoints",
+           "eval", "logger", "resume", "run_id", "output_dir")
+_FALSE = ("false", "no", "0", "off")
+_TRUE = ("true", "yes", "1", "on")
+
+
+def expand_resume_dir(overrides: list[str]) -> list[str]:
+    """`resume=<run dir>` becomes `resume=true run_id=<name> output_dir=<parent>`."""
+    values = [o.partition("=")[2] for o in overrides if o.startswith("resume=")]
+    if not values or values[-1].lower() in _TRUE + _FALSE:
+        return overrides
+    if any(o.startswith(("run_id=", "output_dir=")) for o in overrides):
+        raise GspoError("resume=<run dir> names the run already: drop run_id= and output_dir=")
+    run = Path(values[-1]).expanduser()
+    rest = [o for o in overrides if not o.startswith("resume=")]
+    return [*rest, "resume=true", f"run_id={run.name}", f"output_dir={run.parent}"]
+
+
+def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
+    """The saved config of the run `composed` points at, with the allowed overrides of `overrides` applied."""
+    if not composed.run_id:
+        raise GspoError("resume=true needs the run: run_id=<id> (under output_dir) or resume=<run dir>")
+    path = Path(composed.output_dir) / composed.run_id
+    if not (path / "config.yaml").is_file():
+        raise GspoError(f"resume=true but there is no run at {path} (no config.yaml)")
+    try:
+        saved = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path / "config.yaml"))
+    except (OmegaConfBaseException, OSError, ValueError) as e:
+        raise GspoError(f"cannot read {path / 'config.yaml'}: {str(e).splitlines()[0]}") from None
+    for key in _override_keys(overrides):
+        new, old = OmegaConf.select(composed, key), OmegaConf.select(saved, key)
+        if _extends(key):
+            OmegaConf.update(saved, key, new, merge=False)
+        elif _plain(new) != _plain(old):
+            raise GspoError(
+                f"{key}: a resumed run keeps its own config ({key}={_show(old)} in {path / 'config.yaml'}); "
+                f"on resume only {', '.join(EXTENDS[:-3])} may change; start a new run_id to change {key}")
+    saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
+    return saved
+
+
+def _override_keys(overrides: list[str]) -> list[str]:
+    return [o.key_or_group for o in OverridesParser.create().parse_overrides(overrides)]
+
+
+def _extends(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in EXTENDS)
+
+
+def _plain(value):
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _show(value) -> str:
+    return "<group>" if isinstance(value, DictConfig) else str(_plain(value))

@@ -1,0 +1,196 @@
+"""Choosing the sandbox backend: a probe program run through each backend observes which protections it
+really gives, and the choice fails closed.
+
+The probe records namespaces, writes outside the sandbox (the host canary, /, and the host's /tmp,
+/dev/shm, /var/tmp), host unix sockets (by path and abstract name), nested user namespaces, the uid seen
+from the host, capabilities and limits. A backend is used for untrusted code only when it shows every
+STRONG protection, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import resource
+import shutil
+import socket
+import tempfile
+import threading
+from typing import TYPE_CHECKING
+
+import psutil
+
+from gspo.conf.errors import GspoError
+from gspo.evals.sandbox_backends import BACKENDS, _Backend, _sandbox_env, log
+
+if TYPE_CHECKING:
+    from gspo.evals.sandbox import Sandbox
+
+
+_PROBE = r"""
+import ctypes, json, os, resource, socket, sys
+host = json.loads(sys.stdin.read())
+
+def ns(kind):
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return None
+
+def writes(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+    except OSError:
+        return False
+    os.unlink(path)
+    return True
+
+def connects(address):
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(1)
+            s.connect(address)
+        return True
+    except OSError:
+        return False
+
+for folder in ("/tmp", "/dev/shm", "/var/tmp"):  # the host looks for these after the probe
+    try:
+        open(os.path.join(folder, host["tag"]), "w").close()
+    except OSError:
+        pass
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps({
+    "ns": {k: ns(k) != v for k, v in host["ns"].items()},
+    "caps": int(status["CapEff"], 16),
+    "no_new_privs": status.get("NoNewPrivs", "0").strip() == "1",
+    "sees_host": os.path.exists(host["canary"]),
+    "writes_host": writes(os.path.join(host["canary"], "probe")) or writes("/gspo-sandbox-probe"),
+    "host_socket": connects(host["socket"]) or connects("\0" + host["abstract"]),
+    "interfaces": [name for _, name in socket.if_nameindex()],
+    "as_limit": resource.getrlimit(resource.RLIMIT_AS)[0],
+    "nproc_limit": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+    "env": sorted(os.environ),
+    "nested_userns": ctypes.CDLL(None).unshare(0x10000000) == 0,  # CLONE_NEWUSER; the probe ends right after
+}))
+"""
+# What "strong" means: untrusted code runs only where all of these were observed (see sandbox_protections).
+STRONG = ("host_fs_hidden", "readonly_fs", "private_tmp", "host_sockets_blocked", "no_nested_userns", "pid_ns",
+          "net_ns")
+WEAK_ENV = "GSPO_SANDBOX_WEAK"  # =1: accept a backend without STRONG isolation (also eval.weak_sandbox=true)
+_NAMESPACES = {"user_ns": "user", "pid_ns": "pid", "net_ns": "net", "mount_ns": "mnt", "ipc_ns": "ipc"}
+
+
+def _real_uids(sb: Sandbox) -> set[int]:
+    """Real uids, as the host sees them, of the launched process and everything under it."""
+    if sb._proc is None:
+        return {0}
+    try:
+        launched = psutil.Process(sb._proc.pid)
+        return {p.uids().real for p in [launched, *launched.children(recursive=True)]}
+    except psutil.Error:
+        return {0}
+
+
+def _candidates(name: str | None) -> list[_Backend]:
+    if name is not None and name not in BACKENDS:
+        raise GspoError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    names = [name] if name else [n for n in BACKENDS if n == "plain" or shutil.which(n)]
+    drops = [True, False] if os.geteuid() == 0 else [False]
+    return [_Backend(n, d) for d in drops for n in names]
+
+
+def _probe(choice: _Backend) -> dict[str, bool] | str:
+    """Run the probe program through `choice`; the protections it observed, or why it failed."""
+    from gspo.evals.sandbox import Job, Sandbox  # a cycle at import time: Sandbox selects its backend here
+
+    canary = tempfile.mkdtemp(prefix="gspo-probe-")
+    os.chmod(canary, 0o1777)  # writable by anyone: only isolation can stop the probe writing here
+    host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES.values()}
+    tag = os.path.basename(canary) + "-left"  # not the canary's own name: the probe creates /tmp/<tag>
+    listeners = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+    try:
+        listeners[0].bind(os.path.join(canary, "sock"))
+        os.chmod(os.path.join(canary, "sock"), 0o777)
+        listeners[1].bind("\0" + tag)
+        for listener in listeners:
+            listener.listen(4)
+        with Sandbox(_choice=choice) as sb:
+            res = sb.run(Job(code=_PROBE, cpu_s=5, stdin=json.dumps(
+                {"ns": host_ns, "canary": canary, "tag": tag, "socket": os.path.join(canary, "sock"), "abstract": tag})))
+            uids = _real_uids(sb)
+    finally:
+        for listener in listeners:
+            listener.close()
+        shutil.rmtree(canary, ignore_errors=True)
+        left = [f for f in (os.path.join(d, tag) for d in ("/tmp", "/dev/shm", "/var/tmp")) if os.path.exists(f)]
+        for f in left:
+            os.unlink(f)
+    try:
+        seen = json.loads(res.stdout)
+    except ValueError:
+        return res.error or res.stderr.strip()[-300:] or "no output"
+    return _protections(seen, uids, left)
+
+
+def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]:
+    prot = {key: seen["ns"][kind] for key, kind in _NAMESPACES.items()}
+    prot["readonly_fs"] = not seen["writes_host"]
+    prot["host_fs_hidden"] = not seen["sees_host"]
+    prot["private_tmp"] = not left  # nothing written to /tmp, /dev/shm or /var/tmp reached the host
+    prot["host_sockets_blocked"] = not seen["host_socket"]
+    prot["no_nested_userns"] = not seen["nested_userns"]
+    prot["unprivileged_uid"] = 0 not in uids  # seen from the host: nested namespaces hide it inside
+    prot["no_capabilities"] = seen["caps"] == 0
+    prot["no_new_privs"] = seen["no_new_privs"]
+    prot["rlimits"] = seen["as_limit"] != resource.RLIM_INFINITY
+    prot["nproc_limit"] = prot["unprivileged_uid"] and seen["nproc_limit"] != resource.RLIM_INFINITY
+    prot["network_isolated"] = seen["interfaces"] in ([], ["lo"]) and prot["net_ns"]
+    prot["scrubbed_env"] = set(seen["env"]) <= {*_sandbox_env("", ""), "PWD"}  # bwrap sets PWD
+    return prot
+
+
+@functools.cache
+def _probed(choice: _Backend) -> dict[str, bool] | str:
+    """The probe's result for `choice`, once per process."""
+    return _probe(choice)
+
+
+@functools.cache
+def _warn_weak(choice: _Backend) -> None:
+    """Once per process, when a backend is used that lacks a protection."""
+    missing = [k for k, ok in _probed(choice).items() if not ok]
+    if missing:
+        log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
+                    " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
+
+
+def _select_backend(name: str | None, *, strict: bool = True) -> _Backend:
+    """The first backend (of `name`, or of all installed) with STRONG isolation. Fails closed: without one,
+    a GspoError says what to install, unless weak isolation is accepted (GSPO_SANDBOX_WEAK=1) or `strict`
+    is False (a backend named in code is the caller's explicit choice)."""
+    with _SELECT_LOCK:  # one probe at a time even when many grading threads start at once
+        failures: dict[str, str] = {}
+        weak = None
+        for choice in _candidates(name):
+            prot = _probed(choice)
+            if isinstance(prot, str):
+                failures.setdefault(choice.name, f"{choice.name}: {prot}")
+                continue
+            missing = [k for k in STRONG if not prot[k]]
+            if not missing or not strict:
+                _warn_weak(choice)
+                return choice
+            weak = weak or choice
+            failures.setdefault(choice.name, f"{choice.name} lacks {', '.join(missing)}")
+    if weak is not None and os.environ.get(WEAK_ENV) == "1":
+        _warn_weak(weak)
+        return weak
+    raise GspoError(f"no sandbox here isolates untrusted code ({'; '.join(failures.values()) or 'none found'}): "
+                    f"install bubblewrap (apt install bubblewrap) or util-linux unshare with user namespaces "
+                    f"enabled, or accept weak isolation with {WEAK_ENV}=1 (gspo train: eval.weak_sandbox=true)")
+
+
+_SELECT_LOCK = threading.Lock()
