@@ -54,6 +54,13 @@ class _Spy:
                 block.experts.register_forward_pre_hook(lambda _m, args: self.calls.append(args[1].clone()))
 
 
+@torch.no_grad()
+def _move_routers(model) -> None:
+    """An update as large as it takes for the routers to choose other experts."""
+    for router in find_routers(model):
+        router.weight.add_(torch.randn(router.weight.shape, generator=torch.Generator().manual_seed(2)))
+
+
 def test_replay_gates_by_hand():
     logits = torch.tensor([[0.0, 1.0, 2.0]])
     experts = torch.tensor([[2, 0]])
@@ -68,9 +75,7 @@ def test_replay_gates_by_hand():
 def test_replay_uses_the_recorded_experts_exactly_after_the_router_moved():
     model, rollout = _moe(), _rollout()
     rec, _ = _record(model, rollout, replay=True)
-    with torch.no_grad():
-        for router in find_routers(model):
-            router.weight.add_(torch.randn(router.weight.shape, generator=torch.Generator().manual_seed(2)))
+    _move_routers(model)
     spy = _Spy(model)
     rows, cols = torch.tensor([5, 0, 3]), slice(0, S - 1)
     rec.updating(rows, cols)
@@ -85,9 +90,7 @@ def test_replay_uses_the_recorded_experts_exactly_after_the_router_moved():
 def test_without_replay_the_current_routing_is_used_and_the_change_is_counted():
     model, rollout = _moe(), _rollout()
     rec, _ = _record(model, rollout, replay=False)
-    with torch.no_grad():
-        for router in find_routers(model):
-            router.weight.add_(torch.randn(router.weight.shape, generator=torch.Generator().manual_seed(2)))
+    _move_routers(model)
     spy = _Spy(model)
     rows, cols = torch.arange(N), slice(None)
     rec.updating(rows, cols)
