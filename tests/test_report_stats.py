@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from gspo.trainer.report.stats import diff_ci, excludes_zero, mean_ci, t975
@@ -44,3 +45,15 @@ def test_welch_difference():
 def test_t_table():
     assert (t975(1), t975(4), t975(30), t975(1000)) == (12.706, 2.776, 2.042, 1.960)
     assert t975(2.9) == 4.303 and math.isnan(t975(0))
+
+
+def test_log_axis_bands_stop_at_half_the_smallest_positive_value():
+    from types import SimpleNamespace
+
+    from gspo.trainer.report.plots import _log_floor
+
+    runs = [SimpleNamespace(metrics=pd.DataFrame({"clip/token_frac": [0.0, 0.004, 0.02]})),
+            SimpleNamespace(metrics=pd.DataFrame({"clip/token_frac": [0.3, None, 0.001]}))]
+    arms = [SimpleNamespace(runs=runs[:1]), SimpleNamespace(runs=runs[1:])]
+    assert _log_floor(arms, "clip/token_frac") == 0.0005  # zeros cannot sit on a log axis
+    assert _log_floor(arms, "policy/entropy") is None

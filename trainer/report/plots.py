@@ -72,7 +72,9 @@ def _curves(arm: Arm, metric: str, axis: str) -> tuple[pd.DataFrame, pd.DataFram
     return pd.DataFrame(ys), pd.DataFrame(xs)
 
 
-def _draw_arm(ax, arm: Arm, metric: str, axis: str, color) -> bool:
+def _draw_arm(ax, arm: Arm, metric: str, axis: str, color, floor: float | None = None) -> bool:
+    """One arm's seeds, mean and band; with `floor` (a log axis) the band's lower edge stops there
+    instead of running below zero, which a log axis cannot show."""
     ys, xs = _curves(arm, metric, axis)
     if ys.empty or xs.isna().all().all():
         return False
@@ -81,7 +83,8 @@ def _draw_arm(ax, arm: Arm, metric: str, axis: str, color) -> bool:
     cis = [mean_ci(list(row)) for _, row in ys.iterrows()]
     x = xs.mean(axis=1)
     ax.plot(x, [c.mean for c in cis], color=color, linewidth=2, label=f"{arm.label} (n={len(arm.runs)})")
-    ax.fill_between(x, [c.low for c in cis], [c.high for c in cis], color=color, alpha=0.2, linewidth=0)
+    low = [c.low if floor is None else max(c.low, floor) for c in cis]
+    ax.fill_between(x, low, [c.high for c in cis], color=color, alpha=0.2, linewidth=0)
     _mark_collapses(ax, arm, axis, color)
     return True
 
@@ -96,11 +99,19 @@ def _mark_collapses(ax, arm: Arm, axis: str, color) -> None:
                        label=f"collapse ({r.run_id}, step {step})")
 
 
+def _log_floor(arms: list[Arm], metric: str) -> float | None:
+    """Half the smallest positive value any run logged: where a log axis' bands stop."""
+    values = [v for arm in arms for r in arm.runs if metric in r.metrics for v in r.metrics[metric].dropna()]
+    positive = [float(v) for v in values if v > 0]
+    return min(positive) / 2 if positive else None
+
+
 def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
     """Write one PNG; False (and nothing written) when no run logged this metric on this axis."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    drawn = [_draw_arm(ax, arm, spec.metric, axis, colors[i % len(colors)]) for i, arm in enumerate(arms)]
+    floor = _log_floor(arms, spec.metric) if spec.log else None
+    drawn = [_draw_arm(ax, arm, spec.metric, axis, colors[i % len(colors)], floor) for i, arm in enumerate(arms)]
     if any(drawn):
         log = spec.log and any((np.asarray(line.get_ydata(), dtype=float) > 0).any() for line in ax.lines)
         if log:  # zeros (no clipping at all) cannot be drawn on a log axis: then the axis stays linear
