@@ -149,8 +149,8 @@ def test_model_generation_defaults_do_not_leak_into_sampling():
     model._prepare_generation_config = spy
     _engine(model, tokenizer, max_new_tokens=4, temperature=0.7).generate(PROMPTS, seed=0)
     (config,) = resolved
-    assert config.do_sample and config.temperature == 0.7 and config.top_p == 1.0
-    assert config.top_k in (0, None) and config.repetition_penalty == 1.0 and config.min_p is None
+    # greedy search over RowSampler's scores (one token left per row): no warper of the model's runs
+    assert not config.do_sample and config.repetition_penalty == 1.0 and config.min_p is None
     assert (model.generation_config.top_k, model.generation_config.repetition_penalty) == (1, 3.0)  # restored
 
 
@@ -214,3 +214,34 @@ def test_generate_in_several_batches_concatenates_consistently(tiny):
     with torch.no_grad():
         logp, _ = completion_logprobs(model, out.input_ids, out.attention_mask, out.n_completion, chunk=16)
     torch.testing.assert_close(out.engine_logp, logp * out.completion_mask, rtol=0, atol=1e-5)
+
+
+def test_a_rows_completion_does_not_depend_on_its_batch(tiny):
+    """Row i samples with seed + i whatever shares its batch: the rows [2, 8) of one call are the rows of a
+    call on those prompts alone with seed + 2, and of calls with another batch size (what makes a rank's
+    share of a step's rollout equal to the same rows of a one-process rollout)."""
+    model, tokenizer = tiny
+    prompts = PROMPTS * 2
+    whole = _engine(model, tokenizer).generate(prompts, seed=7)
+    tail = _engine(model, tokenizer).generate(prompts[2:], seed=9)
+    small = _engine(model, tokenizer, batch_size=3).generate(prompts, seed=7)
+    assert tail.texts == whole.texts[2:] and small.texts == whole.texts
+    assert len(set(whole.texts)) > 1
+
+
+def test_row_sampler_draws_from_the_tempered_nucleus():
+    """RowSampler keeps exactly one token per row, drawn from softmax(logits / T) restricted to the top-p
+    nucleus: over 4000 seeded rows the frequencies match those probabilities (a 4-sigma band)."""
+    from gspo.trainer.logprobs import sampling_logits
+    from gspo.trainer.rollout import RowSampler
+
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, -3.0])
+    n, temperature, top_p = 4000, 0.8, 0.9
+    sampler = RowSampler(list(range(n)), torch.device("cpu"), temperature=temperature, top_p=top_p)
+    scores = sampler(torch.zeros(n, 1, dtype=torch.long), logits.expand(n, -1).clone())
+    kept = torch.isfinite(scores)
+    assert kept.sum(-1).eq(1).all()
+    freq = torch.bincount(kept.float().argmax(-1), minlength=5).double() / n
+    probs = torch.softmax(sampling_logits(logits, temperature, top_p), -1).double()
+    assert probs[-1] == 0 and freq[-1] == 0  # outside the nucleus: never drawn
+    assert torch.all((freq - probs).abs() <= 4 * (probs * (1 - probs) / n).sqrt() + 1e-12)

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from gspo.trainer.logprobs import sampling_logits
 
@@ -67,11 +67,12 @@ class HFEngine:
         self.batch_size, self.want_logprobs = batch_size, want_logprobs
         self.eos_ids = eos_ids_of(model, tokenizer)
 
-    def _generation_config(self, greedy: bool, max_new_tokens: int) -> GenerationConfig:
-        sampling = {} if greedy else {"temperature": self.temperature, "top_p": self.top_p, "top_k": 0}
-        return _neutral_config(do_sample=not greedy, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
+    def _generation_config(self, max_new_tokens: int) -> GenerationConfig:
+        # always transformers' greedy search: when sampling, RowSampler has already reduced each row's
+        # scores to the one token it drew
+        return _neutral_config(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
                                pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True,
-                               output_logits=self.want_logprobs, **sampling)
+                               output_logits=self.want_logprobs)
 
     def sync_weights(self, model) -> None:
         """Nothing to do: generation runs on the trained model itself."""
@@ -79,7 +80,9 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[str], *, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None) -> Rollout:
-        """Complete each prompt once (repeat a prompt G times for a group); draws derive from `seed`."""
+        """Complete each prompt once (repeat a prompt G times for a group); prompt i samples with seed + i (as
+        the vLLM engine's requests do), so a completion does not depend on the batch it shares: a rank that
+        generates rows [a, b) of a step with seed + a draws what one process generating them all draws."""
         parts = [
             self._generate_batch(prompts[i : i + self.batch_size], seed=seed + i, greedy=greedy,
                                  max_new_tokens=max_new_tokens or self.max_new_tokens)
@@ -90,7 +93,9 @@ class HFEngine:
     def _generate_batch(self, prompts: list[str], *, seed: int, greedy: bool, max_new_tokens: int) -> Rollout:
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        config = self._generation_config(greedy, max_new_tokens)
+        config = self._generation_config(max_new_tokens)
+        sampler = None if greedy else RowSampler([seed + j for j in range(len(prompts))], device,
+                                                 temperature=self.temperature, top_p=self.top_p)
         was_training, saved = self.model.training, self.model.generation_config
         self.model.eval()
         # transformers fills any value left at its global default from the model's own generation config
@@ -98,10 +103,9 @@ class HFEngine:
         # the sampler must draw from softmax(logits / T) (with top-p) exactly, as the trainer scores it
         self.model.generation_config = config
         try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
-                    torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-                torch.manual_seed(seed)
-                out = self.model.generate(**enc, generation_config=config)
+            with torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+                out = self.model.generate(**enc, generation_config=config,
+                                          logits_processor=LogitsProcessorList([sampler] if sampler else []))
         finally:
             self.model.generation_config = saved
             self.model.train(was_training)
@@ -121,6 +125,25 @@ class HFEngine:
             truncated=truncated,
             engine_logp=engine_logp,
         )
+
+
+class RowSampler(LogitsProcessor):
+    """Draws every row's next token from softmax(logits / T) with top-p (`sampling_logits`, the distribution
+    the trainer scores) using that row's own generator, seeded `seeds[i]`; returns scores that keep only the
+    drawn token, so transformers' greedy search picks it. A row's completion thus depends on its seed and
+    its prompt alone, not on which rows share its batch, its process or its rank (vLLM's per-request seeds
+    give its engine the same property)."""
+
+    def __init__(self, seeds: list[int], device: torch.device, *, temperature: float, top_p: float):
+        self.gens = [torch.Generator(device).manual_seed(s) for s in seeds]
+        self.temperature, self.top_p = temperature, top_p
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(sampling_logits(scores, self.temperature, self.top_p), dim=-1)  # [n, V]
+        # exponential race: argmax_v p_v / E_v with E_v ~ Exp(1) i.i.d. is v with probability p_v
+        noise = torch.stack([torch.empty_like(probs[0]).exponential_(generator=g) for g in self.gens])
+        chosen = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
+        return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
 
 
 def _neutral_config(**values) -> GenerationConfig:
