@@ -81,7 +81,8 @@ def train(
 
     log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
     run_dir = run_training(config, log=log)
-    typer.echo(f"run finished: {run_dir}")
+    if _rank0():
+        typer.echo(f"run finished: {run_dir}")
 
 
 @app.command(context_settings=EXTRA)
@@ -152,6 +153,11 @@ def _log(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def _rank0() -> bool:
+    """Under torchrun, rank 0 alone speaks for the job (the other ranks' log is already silent)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def _offline_without_network() -> None:
     """When the Hugging Face hub's host does not even resolve, work offline at once (local files and the
     cache) instead of retrying for a minute. Must run before transformers or datasets are imported:
@@ -174,10 +180,12 @@ def main() -> None:
     try:
         app()
     except GspoError as e:
-        typer.echo(f"error: {e}", err=True)
+        if _rank0():
+            typer.echo(f"error: {e}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
+        if _rank0():
+            typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
         sys.exit(130)
 
 

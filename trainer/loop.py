@@ -24,7 +24,9 @@ from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer import distributed
 from gspo.trainer.collapse import CollapseDetector
+from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
@@ -51,21 +53,30 @@ def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
-    device = pick_device(cfg.device)
-    precision_name = checked_precision(cfg, device)
-    require_engine(cfg.rollout)
-    cfg.run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
-    run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
+    world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
     try:
-        return _train(cfg, run, task, benches, (device, precision_name), log)
+        distributed.check_layout(cfg.train, world)
+        precision_name = checked_precision(cfg, device)
+        require_engine(cfg.rollout)
+        cfg.run_id = distributed.broadcast(cfg.run_id or default_run_id(cfg.algo.name, cfg.seed), world)
+        if world.main:
+            run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
+            distributed.clear_failures(run.path)
+        else:  # [distributed] reads the run, writes nothing; rank 0 says everything
+            run, log = FollowerRun(Path(cfg.output_dir) / cfg.run_id, world.rank), (lambda _message: None)
+        try:
+            return _train(cfg, run, task, benches, (device, precision_name, world), log)
+        finally:
+            run.close()
     finally:
-        run.close()
+        distributed.stop(world)
 
 
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
-    """The run itself, with `run` locked; `compute`: (device, precision name)."""
-    device, precision_name = compute
-    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume else None
+    """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
+    device, precision_name, world = compute
+    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume and world.main else None
+    ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
     if cfg.resume:
         log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
@@ -83,30 +94,30 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True))
+        loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True)) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None)
         routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
         collapse = _collapse_detector(cfg, task, run)
-        if start == 0:
+        if start == 0 and world.main:  # [distributed] rank 0 evaluates; the others wait in the first step
             row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
             loggers.metrics(0, row0)
             _watch(collapse, cfg, run, 0, row0, log)
-        with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
+        with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
                 try:
                     row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler),
-                                     loggers, routing)
+                                     loggers, routing, world=world)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
-                if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
+                if world.main and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
-                stop = _watch(collapse, cfg, run, step, row, say)
+                stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
                 last = last or stop
-                if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
+                if world.main and (last or (cfg.train.save_every and step % cfg.train.save_every == 0)):
                     save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
                                     keep=cfg.train.keep_checkpoints)
                 run.set_status("running", step=step)
@@ -120,10 +131,13 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
+        if not world.main:
+            run.fail(error)  # [distributed] torchrun stops the other ranks next; rank 0 keeps this error
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-        run.set_status(status, **({"error": error} if error else {}))
+        status, error, extra = distributed.final_status(run, status, error, world)
+        run.set_status(status, **({"error": error} if error else {}), **extra)
         if loggers is not None:
             loggers.close(0 if status == "finished" else 1)
     return run.path
@@ -180,15 +194,19 @@ def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1)
 
 
 def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
-               routing: RoutingRecorder | None = None) -> dict:
+               routing: RoutingRecorder | None = None, *, world: World = World()) -> dict:
     """One rollout batch and its updates; returns the step's metrics row. `optim`: (precision, optimizer,
-    scheduler). Every tensor lives on the model's device; the vLLM engine's CPU rollout is moved there once."""
+    scheduler). Every tensor lives on the model's device; the vLLM engine's CPU rollout is moved there once.
+    With several processes (`world`), this rank generates and scores its own groups, and the update and
+    the row are the whole batch's (trainer/distributed.py)."""
     precision, optimizer, scheduler = optim
     t0 = time.perf_counter()
     t, G = cfg.train, cfg.train.group_size
-    items = task.train_items(seed=cfg.seed, step=step, n=t.prompts_per_step)
+    groups = distributed.group_range(t.prompts_per_step, world)  # [distributed] this rank's groups (all: one process)
+    items = task.train_items(seed=cfg.seed, step=step, n=t.prompts_per_step)[groups.start : groups.stop]
     prompts = format_prompts(engine.tokenizer, items, chat=cfg.model.chat_template, repeat=G)
-    rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout")).to(precision.device)
+    # row i of the step samples with seed + i whichever rank generates it
+    rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout") + groups.start * G).to(precision.device)
     golds = [it.gold for it in items for _ in range(G)]
     rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
     t1 = time.perf_counter()
@@ -202,7 +220,7 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
                 ref_logp = _score(ref_model, rollout, cfg, precision)[0]
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
-                      ref_logp, lengths, routing)
+                      ref_logp, lengths, routing, shard=distributed.row_shard(lengths, G, groups, world))
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
                                  rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle"),
@@ -213,7 +231,8 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
     finally:
         engine.sync_weights(model)
     t2 = time.perf_counter()
-    mask = rollout.completion_mask
+    whole = [distributed.gather_rows(x, world) for x in (rewards, rollout.completion_mask, rollout.truncated, entropy)]
+    rewards, mask, truncated, entropy = whole  # [distributed] the step's batch, all ranks' rows
     lengths = mask.sum(-1)
     row = {
         "reward/mean": rewards.mean().item(),
@@ -222,7 +241,7 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
         "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, G).item(),
         "completion/len_mean": lengths.mean().item(),
         "completion/len_max": lengths.max().item(),
-        "completion/truncated_frac": rollout.truncated.float().mean().item(),
+        "completion/truncated_frac": truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
         **metrics,
         "time/rollout_s": t1 - t0,
@@ -231,7 +250,8 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
         "throughput/tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
     }
     if rollout.engine_logp is not None:
-        row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=mask,
+        old_logp, engine_logp = (distributed.gather_rows(x, world) for x in (old_logp, rollout.engine_logp))
+        row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=engine_logp, mask=mask,
                                         clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high))
     loggers.samples(_samples(step, prompts, rollout, rewards, golds, cfg.logger.samples_per_step))
     return row

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from gspo.algos import policy_loss, ratio_diagnostics
+from gspo.trainer import distributed
+from gspo.trainer.distributed import RowShard
 from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.moe import RoutingRecorder
@@ -39,6 +41,7 @@ class Batch:
     ref_logp: torch.Tensor | None  # [N, T]
     lengths: list[int]  # [N] completion lengths |y_i| on the host (read once from the completion mask)
     routing: RoutingRecorder | None = None  # the old policy's expert choices (MoE models)
+    shard: RowShard | None = None  # several processes: which rows of the step's batch these are; None: all
 
 
 def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
@@ -47,6 +50,8 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
     of them. `rollout` (the config group) says how the tokens were sampled: temperature, top_p, and
     max_new_tokens, the constant normaliser of Dr. GRPO's aggregation. With `undoable` (on_nonfinite=skip),
     a NonFinite raised by any update first restores the state the batch started from."""
+    shard = batch.shard or RowShard(0, len(batch.lengths), batch.lengths)  # [distributed]
+    keys = _metric_keys(batch, algo, rollout) if shard.world.size > 1 else []  # [distributed]
     per_update: list[dict[str, torch.Tensor]] = []
     used: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-ratio, mask) of every micro-batch, detached
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
@@ -54,11 +59,14 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
     model.train()
     try:
         for _ in range(train.epochs):
-            order = torch.randperm(len(batch.lengths), generator=gen).tolist()
+            order = torch.randperm(len(shard.lengths), generator=gen).tolist()  # all ranks' rows
             size = len(order) // train.minibatches
             for s in range(0, len(order), size):
-                metrics = _minibatch_step(model, batch, order[s : s + size], used, precision=precision, algo=algo,
-                                          train=train, rollout=rollout)
+                metrics = _minibatch_step(model, batch, shard, order[s : s + size], used, precision=precision,
+                                          algo=algo, train=train, rollout=rollout)
+                # [distributed] the global minibatch's metrics and gradient (identities with one process)
+                metrics = distributed.reduce_parts(metrics, keys, batch.advantages.device, shard.world)
+                distributed.sum_grads(precision.params, shard.world)
                 guard = _nonfinite_guard(optimizer, metrics, per_update)
                 metrics["optim/grad_norm"] = precision.step(optimizer, train.max_grad_norm, guard=guard).detach()
                 metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=batch.advantages.device)
@@ -73,7 +81,7 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
         if batch.routing is not None:
             batch.routing.stop()
     routing = batch.routing.metrics() if batch.routing is not None else {}
-    return reduce_metrics(per_update) | _diagnostics(used) | routing
+    return reduce_metrics(per_update) | _diagnostics(used, shard.world) | routing
 
 
 def _snapshot(precision: Precision, optimizer, scheduler) -> tuple:
@@ -116,12 +124,16 @@ def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
     return guard
 
 
-def _minibatch_step(model, batch: Batch, idx: list[int], used: list, *, precision: Precision, algo, train, rollout) -> dict:
-    seq_den, tok_den = float(len(idx)), float(max(1, sum(batch.lengths[i] for i in idx)))
+def _minibatch_step(model, batch: Batch, shard: RowShard, idx: list[int], used: list, *, precision: Precision,
+                    algo, train, rollout) -> dict:
+    """`idx`: the minibatch's rows of the step's batch (all ranks'); this rank computes the part it holds,
+    with the whole minibatch's counts as denominators."""
+    seq_den, tok_den = float(len(idx)), float(max(1, sum(shard.lengths[i] for i in idx)))
     micro = train.micro_batch_size or len(idx)
     sums: dict[str, torch.Tensor] = {}
-    for s in range(0, len(idx), micro):
-        part = idx[s : s + micro]
+    local = shard.local(idx)  # [distributed] this rank's rows of the minibatch (all of them with one process)
+    for s in range(0, len(local), micro):
+        part = local[s : s + micro]
         loss, metrics = _micro_loss(model, batch, part, used, precision=precision, algo=algo, rollout=rollout,
                                     seq_den=seq_den, tok_den=tok_den, chunk=train.logprob_chunk)
         precision.backward(loss)
@@ -153,11 +165,24 @@ def _micro_loss(model, batch: Batch, part: list[int], used: list, *, precision, 
     )
 
 
-def _diagnostics(used: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """diag/* over the log-ratios of every sequence as each update used it (gspo.algos.ratio_diagnostics)."""
+def _diagnostics(used: list[tuple[torch.Tensor, torch.Tensor]], world) -> dict[str, torch.Tensor]:
+    """diag/* over the log-ratios of every sequence as each update used it (gspo.algos.ratio_diagnostics),
+    on every rank's sequences (each rank used each of its rows once per epoch: the same count everywhere)."""
     width = max(lr.shape[1] for lr, _ in used)
     pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for pair in used for x in pair]
-    return ratio_diagnostics(log_ratio=torch.cat(pad[0::2]), mask=torch.cat(pad[1::2]))
+    log_ratio, mask = (distributed.gather_rows(torch.cat(pad[i::2]), world) for i in (0, 1))
+    return ratio_diagnostics(log_ratio=log_ratio, mask=mask)
+
+
+def _metric_keys(batch: Batch, algo, rollout) -> list[str]:
+    """The names of the loss's metrics, from a one-token batch: a rank that holds no row of a minibatch
+    still takes part in reducing each of them (trainer/distributed.py)."""
+    one = torch.zeros(1, 1)
+    _, metrics = policy_loss(algo.name, logp=one, old_logp=one, advantages=torch.zeros(1), mask=torch.ones(1, 1),
+                             clip_low=algo.clip_low, clip_high=algo.clip_high, aggregation=algo.aggregation,
+                             max_len=rollout.max_new_tokens, ref_logp=one if batch.ref_logp is not None else None,
+                             kl_beta=algo.kl_beta, seq_denominator=1.0, token_denominator=1.0)
+    return sorted(metrics)
 
 
 def _combine(key: str, acc, value: torch.Tensor, weight: float) -> torch.Tensor:

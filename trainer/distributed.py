@@ -1,0 +1,229 @@
+"""Data parallelism over the processes torchrun starts: who this process is, which groups it owns, and the
+reductions that make a step's update and metrics those of one process running the whole batch.
+
+    torchrun --nproc-per-node 2 -m gspo.cli.main train algo=gspo ...      (or: torchrun --no-python ... gspo train)
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address; without them this is one process and
+every function here is the identity. The contract, with B prompts of G completions per step and W ranks:
+- rank r owns groups [r B/W, (r+1) B/W) of the step's prompts (a group is never split: its advantages need
+  all G rewards) and generates them with the step's seed offset by its first row, so (each engine sampling
+  row i with seed + i) the global batch is the one a single process draws;
+- the minibatch shuffle is one permutation of all N = B G rows, the same on every rank; a rank computes the
+  loss of the rows it holds with the global minibatch's sequence and token counts as denominators, so the
+  ranks' gradients add up to the one-process gradient, and one all_reduce(SUM) per optimizer step adds them.
+  torch's DistributedDataParallel averages instead (it divides by W) and needs every rank to run the same
+  forwards, while a global shuffle gives ranks unequal shares of a minibatch (some none), so the sum is
+  taken here, over the flattened gradients, before clipping (the norm is the global batch's);
+- every metric is reduced the same way: a micro-batch's means are weighted by its share of the global
+  minibatch (trainer/update.py), so the ranks' parts add up (SUM), and extremes take MIN / MAX.
+Rank 0 alone writes the run directory, the progress bar and W&B; a failing rank writes its error into
+run.json before it exits (torchrun then stops the others) and rank 0 keeps that error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from gspo.conf.errors import GspoError
+from gspo.trainer.rundir import RunDir, atomic_write_text
+
+FAILED_RANK = "failed_rank"  # <run>/failed_rank<r>.txt: the error of rank r, until rank 0 records it in run.json
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the job's processes (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def world_from_env() -> World:
+    """The world torchrun describes in the environment (one process when it is not set)."""
+    env = os.environ
+    return World(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+
+
+def start(device: torch.device) -> tuple[World, torch.device]:
+    """Join the job's process group (gloo on the CPU, nccl on CUDA); returns the world and this rank's device
+    (cuda:LOCAL_RANK on a GPU machine)."""
+    world = world_from_env()
+    if world.size == 1:
+        return world, device
+    if device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return world, device
+
+
+def stop(world: World) -> None:
+    if world.size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_layout(train, world: World) -> None:
+    """Refuse, in one line, a batch that cannot be shared by whole groups, before anything is written."""
+    if world.size == 1:
+        return
+    b = train.prompts_per_step
+    if world.size > b:
+        raise GspoError(f"{world.size} processes but train.prompts_per_step={b} groups: each rank needs at least one "
+                        f"whole group (a prompt's {train.group_size} completions never split); use at most {b} "
+                        f"processes or raise train.prompts_per_step")
+    if b % world.size:
+        raise GspoError(f"train.prompts_per_step={b} groups do not divide across {world.size} processes: every rank "
+                        f"takes the same number of whole groups; use a multiple of {world.size}")
+    if train.on_nonfinite == "skip":
+        raise GspoError("train.on_nonfinite=skip runs in one process only (a skipped batch would be one rank's); "
+                        "use train.on_nonfinite=stop with several processes")
+
+
+def broadcast(value, world: World):
+    """Rank 0's `value` (any picklable object) on every rank."""
+    if world.size == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+@dataclass(frozen=True)
+class RowShard:
+    """This rank's rows [first, first + n) of a step's N rows; `lengths`: all N completion lengths."""
+
+    first: int
+    n: int
+    lengths: list[int]
+    world: World = field(default_factory=World)
+
+    def local(self, idx: list[int]) -> list[int]:
+        """The global rows `idx` that this rank holds, as local row numbers, in `idx`'s order."""
+        return [i - self.first for i in idx if self.first <= i < self.first + self.n]
+
+
+def group_range(n_groups: int, world: World) -> range:
+    per = n_groups // world.size
+    return range(world.rank * per, (world.rank + 1) * per)
+
+
+def row_shard(local_lengths: list[int], group_size: int, groups: range, world: World) -> RowShard:
+    """The shard of a step whose local completions have `local_lengths`; gathers every rank's lengths (the
+    denominators of a minibatch are its global counts)."""
+    lengths = local_lengths
+    if world.size > 1:
+        parts = [None] * world.size
+        dist.all_gather_object(parts, local_lengths)
+        lengths = [n for part in parts for n in part]
+    return RowShard(groups.start * group_size, len(local_lengths), lengths, world)
+
+
+def sum_grads(params: list[torch.Tensor], world: World) -> None:
+    """Replace each parameter's gradient by its sum over ranks (a rank with no rows contributes zeros)."""
+    if world.size == 1:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch._utils._flatten_dense_tensors(grads)
+    dist.all_reduce(flat)
+    for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+        p.grad = g
+
+
+def _op(key: str) -> str:
+    return "min" if key.endswith("_min") else "max" if key.endswith("_max") else "sum"
+
+
+def reduce_parts(parts: dict[str, torch.Tensor], keys: list[str], device: torch.device,
+                 world: World) -> dict[str, torch.Tensor]:
+    """Metrics of the global minibatch from each rank's parts (`keys` all of them; a rank that held no row of
+    the minibatch has none, and contributes 0 to a sum, +inf to a min, -inf to a max)."""
+    if world.size == 1:
+        return parts
+    neutral = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
+    out = {}
+    for op, reduce_op in (("sum", dist.ReduceOp.SUM), ("min", dist.ReduceOp.MIN), ("max", dist.ReduceOp.MAX)):
+        names = [k for k in keys if _op(k) == op]
+        if not names:
+            continue
+        vals = torch.stack([parts[k].float() if k in parts else torch.tensor(neutral[op], device=device)
+                            for k in names])
+        dist.all_reduce(vals, op=reduce_op)
+        out |= dict(zip(names, vals.unbind(), strict=True))
+    return out
+
+
+def gather_rows(x: torch.Tensor, world: World) -> torch.Tensor:
+    """Every rank's rows of `x` ([n, ...], the same n on every rank), in rank order: the global tensor. A
+    second dimension that differs between ranks (completion widths) is padded with zeros to the widest."""
+    if world.size == 1:
+        return x
+    if x.dim() > 1:
+        width = torch.tensor([x.shape[1]], device=x.device)
+        dist.all_reduce(width, op=dist.ReduceOp.MAX)
+        x = torch.nn.functional.pad(x, (0, int(width) - x.shape[1], *([0, 0] * (x.dim() - 2))))
+    parts = [torch.empty_like(x) for _ in range(world.size)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
+class FollowerRun:
+    """What a rank other than 0 sees of the run directory: it reads it (checkpoints, the metrics a resumed
+    run's collapse detector replays) and writes nothing, except its own error when it fails."""
+
+    def __init__(self, path: Path, rank: int):
+        self.path, self.rank = path, rank
+
+    def __getattr__(self, name: str):
+        if name in ("write_config", "set_status", "truncate_logs", "append", "write_json", "close"):
+            return lambda *a, **k: None
+        raise AttributeError(name)
+
+    def fail(self, error: str) -> None:
+        """Record this rank's error for rank 0 (`final_status`), which torchrun stops next, and in run.json in
+        case rank 0 is gone first (under nccl, a watchdog may end it before it can write)."""
+        message = f"rank {self.rank}: {error}"
+        atomic_write_text(self.path / f"{FAILED_RANK}{self.rank}.txt", message + "\n")
+        if (self.path / "run.json").exists():
+            RunDir(self.path).set_status("failed", error=message, failed_rank=self.rank)
+
+
+class NullLoggers:
+    """The loggers of a rank other than 0: rank 0 alone writes metrics, samples and W&B."""
+
+    def metrics(self, *a, **k) -> None: ...
+    def evals(self, *a, **k) -> None: ...
+    def eval_samples(self, *a, **k) -> None: ...
+    def samples(self, *a, **k) -> None: ...
+    def close(self, *a, **k) -> None: ...
+
+
+def clear_failures(path: Path) -> None:
+    """Rank 0, as a run (re)starts: failure records of an earlier attempt are not this one's."""
+    for record in path.glob(f"{FAILED_RANK}*.txt"):
+        record.unlink()
+
+
+def final_status(run, status: str, error: str | None, world: World) -> tuple[str, str | None, dict]:
+    """Rank 0's closing status and extra run.json fields: another rank's recorded failure wins over what rank 0
+    saw of it (an interrupt from torchrun, or a broken connection in a collective)."""
+    if world.size == 1 or not world.main:
+        return status, error, {}
+    records = sorted(run.path.glob(f"{FAILED_RANK}*.txt"))
+    if status == "finished" or not records:
+        return status, error, {"failed_rank": None}
+    first = records[0]
+    message = first.read_text().strip()
+    for record in records:
+        record.unlink()
+    return "failed", message, {"failed_rank": int(first.stem.removeprefix(FAILED_RANK))}
