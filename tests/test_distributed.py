@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from conftest import LEARNING_SEED, TINY, without_timing
 from safetensors.torch import load_file
 
@@ -181,3 +183,43 @@ def test_a_killed_two_process_run_resumes_like_an_uninterrupted_one(gspo, tmp_pa
     assert all(torch.equal(a[k], b[k]) for k in a)
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "finished" and info["step"] == 3 and info["failed_rank"] is None
+
+
+@pytest.mark.parametrize("name, nodes", [("slurm_1x8", 1), ("slurm_2x8", 2)])
+def test_slurm_launcher_configs_compose(gspo, name, nodes):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    result = gspo.invoke("train", "--cfg", "hydra", f"hydra/launcher={name}")
+    assert result.exit_code == 0, result.output
+    launcher = yaml.safe_load(result.output)["hydra"]["launcher"]
+    assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (nodes, 8, 8)
+    assert launcher["_target_"].endswith("SlurmLauncher")
+
+
+def test_a_slurm_launcher_without_its_plugin_is_one_line(gspo, tmp_path, monkeypatch):
+    from gspo.cli import sweep
+    from gspo.conf.errors import GspoError
+
+    monkeypatch.setattr(sweep, "plugin_installed", lambda module: False)
+    result = gspo.invoke("sweep", "hydra/launcher=slurm_2x8", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                         f"output_dir={tmp_path / 'runs'}")
+    assert isinstance(result.exception, GspoError)
+    assert str(result.exception) == ("hydra/launcher=slurm_2x8 needs Hydra's submitit launcher plugin, which is not "
+                                     "installed: pip install 'gspo[submitit]'")
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_slurm_task_becomes_a_rank(monkeypatch):
+    """Task 9 of a 2-node x 8-task Slurm step gets torchrun's variables from Slurm's (through submitit)."""
+    pytest.importorskip("submitit")
+    from gspo.trainer.distributed import export_slurm_world, world_from_env
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    slurm = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "42", "SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "16",
+             "SLURM_LOCALID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
+             "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    for key, value in slurm.items():
+        monkeypatch.setenv(key, value)
+    export_slurm_world()
+    assert world_from_env() == World(rank=9, size=16, local_rank=1)
+    assert os.environ["MASTER_ADDR"] == "gpu07"

@@ -54,6 +54,19 @@ def world_from_env() -> World:
     return World(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
+def export_slurm_world() -> None:
+    """In a Slurm job step of several tasks (the submitit launcher's nodes x tasks_per_node, conf/hydra/launcher/),
+    set the variables torchrun would (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) from Slurm's,
+    through submitit: every task is then a rank, as under torchrun. Each rank keeps every GPU visible and
+    picks cuda:LOCAL_RANK (`start`)."""
+    env = os.environ
+    if "RANK" in env or env.get("SUBMITIT_EXECUTOR") != "slurm" or int(env.get("SLURM_NTASKS", 1)) < 2:
+        return
+    from submitit.helpers import TorchDistributedEnvironment
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+
+
 def start(device: torch.device) -> tuple[World, torch.device]:
     """Join the job's process group (gloo on the CPU, nccl on CUDA); returns the world and this rank's device
     (cuda:LOCAL_RANK on a GPU machine)."""
