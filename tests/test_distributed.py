@@ -99,6 +99,9 @@ def test_layouts_that_do_not_split_into_whole_groups_are_refused():
         check_layout(cfg.train, World(0, 4))
     with pytest.raises(GspoError, match=r"on_nonfinite=skip runs in one process only"):
         check_layout(compose_config([*TINY, "train.on_nonfinite=skip"]).train, World(1, 2))
+    vllm_tp = compose_config([*TINY, "rollout=vllm", "rollout.tensor_parallel_size=2"]).rollout
+    with pytest.raises(GspoError, match=r"^rollout.tensor_parallel_size=2 with 2 processes: .*colocated"):
+        check_layout(cfg.train, World(0, 2), vllm_tp)
     check_layout(cfg.train, World(0, 3))
     check_layout(cfg.train, World(0, 1))
 

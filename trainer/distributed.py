@@ -86,10 +86,14 @@ def stop(world: World) -> None:
         dist.destroy_process_group()
 
 
-def check_layout(train, world: World) -> None:
-    """Refuse, in one line, a batch that cannot be shared by whole groups, before anything is written."""
+def check_layout(train, world: World, rollout=None) -> None:
+    """Refuse, in one line, a batch that cannot be shared by whole groups (or a rollout setting that cannot run
+    on several ranks), before anything is written."""
     if world.size == 1:
         return
+    if rollout is not None and rollout.engine == "vllm" and rollout.tensor_parallel_size > 1:
+        raise GspoError(f"rollout.tensor_parallel_size={rollout.tensor_parallel_size} with {world.size} processes: "
+                        "under torchrun each rank runs its own colocated vLLM engine; use tensor_parallel_size=1")
     b = train.prompts_per_step
     if world.size > b:
         raise GspoError(f"{world.size} processes but train.prompts_per_step={b} groups: each rank needs at least one "

@@ -55,7 +55,7 @@ def train(cfg, log=print) -> Path:
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
     world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
     try:
-        distributed.check_layout(cfg.train, world)
+        distributed.check_layout(cfg.train, world, cfg.rollout)
         precision_name = checked_precision(cfg, device)
         require_engine(cfg.rollout)
         cfg.run_id = distributed.broadcast(cfg.run_id or default_run_id(cfg.algo.name, cfg.seed), world)
