@@ -185,7 +185,7 @@ def test_a_killed_two_process_run_resumes_like_an_uninterrupted_one(gspo, tmp_pa
     a, b = _weights(tmp_path / "straight"), _weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a)
     info = json.loads((run / "run.json").read_text())
-    assert info["status"] == "finished" and info["step"] == 3 and info["failed_rank"] is None
+    assert info["status"] == "finished" and info["step"] == 3 and info["failed_rank"] is None and info["world_size"] == 2
 
 
 @pytest.mark.parametrize("name, nodes", [("slurm_1x8", 1), ("slurm_2x8", 2)])

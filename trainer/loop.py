@@ -90,7 +90,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     start = load_checkpoint(ckpt, optimizer, scheduler, precision) if ckpt else 0
     run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     run.write_config(config_to_yaml(cfg))
-    run.set_status("running", step=start, run_dir=str(run.path))
+    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}))
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
