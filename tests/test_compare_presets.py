@@ -15,7 +15,7 @@ def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
     assert {"compare", "moe", "mismatch", "stability"} <= set(presets())
     assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
     assert pick_preset(["preset=moe", "seed=0"]) == ("moe", ["seed=0"])
-    assert swept_by(presets()["moe"]) == ("algo", "algo.routing_replay", "seed")
+    assert swept_by(presets()["moe"]) == ("seed", "algo")
     assert swept_by(presets()["mismatch"]) == ("algo", "algo.old_logp_source", "seed")
 
 
