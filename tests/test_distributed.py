@@ -26,6 +26,11 @@ from gspo.trainer.rundir import read_jsonl
 pytestmark = pytest.mark.slow
 
 RTOL = 1e-6
+# Log-ratio statistics: a log-ratio is a difference of two nearly equal fp32 log-probs, so the last-bit
+# differences of log-probs computed in other batch compositions (a rank's rows, not all of them) come out
+# magnified; measured over 3 steps of GRPO and GSPO: up to 2.6e-4 relative (policy/kl_old ~5e-6,
+# diag/seq_logratio_var ~1.5e-7). Every other metric, and the weights, stay within RTOL.
+LOG_RATIO_STATS, LOG_RATIO_RTOL = ("diag/", "policy/kl_old"), 1e-3
 
 
 def _torchrun(gspo, nproc: int, *args: str, script: Path | None = None, timeout: float = 300):
@@ -37,16 +42,16 @@ def _torchrun(gspo, nproc: int, *args: str, script: Path | None = None, timeout:
                           timeout=timeout, check=False)
 
 
-def _close(a: float | None, b: float | None) -> bool:
+def _close(key: str, a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a == b
-    return math.isclose(a, b, rel_tol=RTOL, abs_tol=0.0)
+    return math.isclose(a, b, rel_tol=LOG_RATIO_RTOL if key.startswith(LOG_RATIO_STATS) else RTOL, abs_tol=0.0)
 
 
 def _assert_rows_match(one: list[dict], two: list[dict]) -> None:
     one, two = without_timing(one), without_timing(two)
     assert [sorted(r) for r in one] == [sorted(r) for r in two]
-    bad = [(r["step"], k, r[k], s[k]) for r, s in zip(one, two, strict=True) for k in r if not _close(r[k], s[k])]
+    bad = [(r["step"], k, r[k], s[k]) for r, s in zip(one, two, strict=True) for k in r if not _close(k, r[k], s[k])]
     assert not bad, bad
 
 
@@ -58,7 +63,7 @@ def _weights(run: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("algo, extra", [("grpo", ("train.micro_batch_size=1",)), ("gspo", ())])
 def test_two_processes_give_the_one_process_step(gspo, tmp_path, algo, extra):
     """One step of GRPO (with gradient accumulation) and of GSPO: same weights, same metrics rows (training
-    and eval), same samples. The step learns (a group has a right and a wrong answer), so the comparison
+    and eval; log-ratio statistics within LOG_RATIO_RTOL), same samples. The step learns (a group has a right and a wrong answer), so the comparison
     has something to compare; each rank holds one of the two groups."""
     common = (f"algo={algo}", f"seed={LEARNING_SEED}", "train.steps=1", *extra)
     one = gspo.train(tmp_path, "one", *common)
