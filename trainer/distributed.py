@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -32,6 +33,7 @@ import torch.distributed as dist
 from gspo.conf.errors import GspoError
 from gspo.trainer.rundir import RunDir, atomic_write_text
 
+COLLECTIVE_TIMEOUT = timedelta(hours=2)
 FAILED_RANK = "failed_rank"  # <run>/failed_rank<r>.txt: the error of rank r, until rank 0 records it in run.json
 
 
@@ -77,7 +79,9 @@ def start(device: torch.device) -> tuple[World, torch.device]:
         device = torch.device("cuda", world.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # the other ranks wait in a collective while rank 0 alone evaluates (a long benchmark may take an hour);
+        # a rank that dies is noticed by torchrun at once, not through this timeout
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=COLLECTIVE_TIMEOUT)
     return world, device
 
 
@@ -237,7 +241,10 @@ def final_status(run, status: str, error: str | None, world: World) -> tuple[str
     if world.size == 1 or not world.main:
         return status, error, {}
     records = sorted(run.path.glob(f"{FAILED_RANK}*.txt"))
-    if status == "finished" or not records:
+    if status == "finished" or not records or (error or "").startswith("GspoError"):
+        # a GspoError (bad input, the non-finite guard) is raised alike on every rank: rank 0's own says it
+        for record in records:
+            record.unlink()
         return status, error, {"failed_rank": None}
     first = records[0]
     message = first.read_text().strip()
