@@ -148,7 +148,7 @@ def _micro_loss(model, batch: Batch, part: list[int], used: list, *, precision, 
     return policy_loss(
         algo.name, logp=logp, old_logp=old, advantages=batch.advantages[rows],
         mask=mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-        aggregation=algo.aggregation, max_len=rollout.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
+        **algo.options, max_len=rollout.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
         seq_denominator=seq_den, token_denominator=tok_den,
     )
 
