@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from importlib import resources
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.choices import check_choices
@@ -34,8 +36,10 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="gspo.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=list(overrides or []))
-            algorithms = _algorithm_names()
+            cfg = compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
+        algorithms = _algorithm_names(cfg.hydra.runtime.config_sources)
+        with open_dict(cfg):
+            del cfg["hydra"]
         OmegaConf.resolve(cfg)
         _check_missing(cfg)
         _check_schema(cfg)
@@ -49,14 +53,22 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     return cfg
 
 
-def _algorithm_names() -> list[str]:
-    """The `name:` of every preset in the algo group (one yaml per algorithm, gspo_token_step included)."""
-    if not GlobalHydra.instance().is_initialized():
-        with initialize_config_module(config_module="gspo.conf", version_base="1.3"):
-            return _algorithm_names()
-    loader = GlobalHydra.instance().config_loader()
-    return [str(loader.repository.load_config(f"algo/{option}").config.get("name"))
-            for option in loader.get_group_options("algo")]
+def _algorithm_names(sources=None) -> list[str]:
+    """The `name:` of every preset in the algo group of Hydra's config sources (the package's, and any
+    added with hydra.searchpath): one yaml per algorithm. `sources`: hydra.runtime.config_sources; None:
+    the running Hydra job's (a sweep job), else the package's own."""
+    if sources is None:
+        sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else [
+            {"schema": "pkg", "path": "gspo.conf"}]
+    names = []
+    for source in sources:
+        if source["schema"] not in ("pkg", "file"):
+            continue
+        root = resources.files(source["path"]) if source["schema"] == "pkg" else Path(source["path"])
+        group = root / "algo"
+        if group.is_dir():
+            names += [str(OmegaConf.create(f.read_text()).get("name")) for f in group.iterdir() if f.name.endswith(".yaml")]
+    return names
 
 
 def _check_missing(cfg: DictConfig) -> None:

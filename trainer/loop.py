@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
+from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
@@ -50,6 +51,7 @@ def step_seed(seed: int, step: int, salt: str) -> int:
 def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
+    check_algorithm(cfg.algo, task)
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
     device = pick_device(cfg.device)
     precision_name = checked_precision(cfg, device)
@@ -194,7 +196,8 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
-        advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
+        advantages = rollout_advantages(cfg.algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
+                                        rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
         old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
         ref_logp = None
         if ref_model is not None:

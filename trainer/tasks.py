@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
-from gspo.evals.arith import grade_arith, is_held_out, make_split, sample_problem
+from gspo.evals.arith import grade_arith, grade_steps, is_held_out, make_split, sample_problem
 from gspo.evals.benchmarks import load_hub_rows, read_records
 
 
@@ -25,6 +25,7 @@ class Item:
 
 
 Scorer = Callable[[list[str], list[str]], list[float]]  # (responses, golds) -> rewards
+StepGrader = Callable[[str, str], list[tuple[int, float]]]  # (prompt, response) -> (end char, reward) per step
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Task:
     eval_items: list[Item]
     _draw: Callable[[random.Random, int], list[Item]]
     _score: Scorer
+    _steps: StepGrader | None = None  # grades each worked step (the `step` advantage estimator)
 
     def train_items(self, *, seed: int, step: int, n: int) -> list[Item]:
         """The `n` prompts of training step `step`; the same for the same (seed, step)."""
@@ -41,6 +43,16 @@ class Task:
     def rewards(self, responses: list[str], golds: list[str]) -> list[float]:
         """Rewards of a batch of responses, in order (a code task grades them in parallel)."""
         return self._score(responses, golds)
+
+    @property
+    def has_steps(self) -> bool:
+        return self._steps is not None
+
+    def steps(self, prompts: list[str], responses: list[str]) -> list[list[tuple[int, float]]]:
+        """Per response, each worked step's (end character, reward); see gspo.evals.arith.grade_steps."""
+        if self._steps is None:
+            raise GspoError(f"task {self.name} does not grade worked steps")
+        return [self._steps(p, r) for p, r in zip(prompts, responses, strict=True)]
 
 
 def graded_by(grader: Callable[[str, str], bool]) -> Scorer:
@@ -85,7 +97,7 @@ def _arith_task(cfg) -> Task:
                 out.append(Item(p.prompt, p.gold))
         return out
 
-    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith))
+    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith), _steps=grade_steps)
 
 
 def _math_task(cfg) -> Task:
