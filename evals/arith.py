@@ -170,33 +170,3 @@ def make_split(
 
 def is_held_out(problem: ArithProblem) -> bool:
     return zlib.crc32(problem.prompt.encode()) % 10 == 0
-
-
-@dataclass
-class ArithBenchmark:
-    """The embedded task's held-out split as a benchmark, so that every run has an eval with no network."""
-
-    name: str
-    problems: list
-
-    def grade(self, problem, responses: list[str], *, workers: int = 1) -> list:
-        from gspo.evals.benchmarks import Verdict
-
-        return [Verdict(ok, float(ok), "correct" if ok else "wrong_answer", {"extracted": extract_answer(r)})
-                for r in responses for ok in [grade_arith(r, problem.gold)]]
-
-    def score(self, verdicts: list[list], k: int) -> dict[str, float]:
-        from gspo.evals.benchmarks import score_verdicts
-
-        return score_verdicts(verdicts, k)
-
-
-def arith_benchmark(*, path: str | None = None, limit: int | None = None, min_digits: int = 3,
-                    max_digits: int = 5, ops: str = "+*", n: int = 128) -> ArithBenchmark:
-    """The held-out arithmetic problems (the same ones `gspo train` evaluates with these settings)."""
-    from gspo.evals.benchmarks import Problem
-
-    if path is not None:
-        raise GspoError("the arith benchmark is generated, not read: drop its path")
-    problems = make_split("test", limit or n, seed=0, min_digits=min_digits, max_digits=max_digits, ops=ops)
-    return ArithBenchmark("arith", [Problem(id=p.prompt, prompt=p.prompt, gold=p.gold) for p in problems])

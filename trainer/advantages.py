@@ -17,7 +17,7 @@ from torch import Tensor
 from gspo.algos import estimate, get, get_estimator
 from gspo.conf.errors import GspoError
 from gspo.trainer.rollout import Rollout
-from gspo.trainer.tasks import Task
+from gspo.trainer.task_types import Task
 
 
 def check_algorithm(algo, task: Task) -> None:

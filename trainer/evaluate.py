@@ -12,7 +12,7 @@ from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.loggers import start_wandb, wandb_group, wandb_mode
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
-from gspo.trainer.tasks import Task
+from gspo.trainer.task_types import Task
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:

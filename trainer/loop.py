@@ -40,7 +40,8 @@ from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
-from gspo.trainer.tasks import Item, Task, build_task
+from gspo.trainer.task_types import Item, Task
+from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, to_host, update
 
 
