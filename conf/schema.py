@@ -167,7 +167,6 @@ class EvalConfig:
     benches: list[str] = field(default_factory=list)  # extra benchmarks during training: aime24, livecodebench, ...
     k: int = 1  # samples per problem
     limit: int | None = None  # problems per benchmark
-    temperature: float = 1.0  # benchmark sampling temperature; 0: greedy
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     workers: int = 2  # grading processes
     paths: dict[str, str] = field(default_factory=dict)  # bench -> local file overriding the hub id

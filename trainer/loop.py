@@ -27,7 +27,7 @@ from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
-from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
+from gspo.trainer.evaluate import eval_benchmarks, eval_task, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
@@ -278,15 +278,12 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     task_metrics = eval_task(engine, task, prompts, seed=seed, greedy=cfg.train.eval_greedy)
     loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
                                  max_new_tokens=cfg.rollout.max_new_tokens, **how))
-    results = {task.name: task_metrics}
-    for bench in benches:
-        metrics, samples = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
-                                          workers=cfg.eval.workers, max_new_tokens=cfg.eval.max_new_tokens)
-        results[bench.name] = metrics
-        loggers.eval_samples([{"step": step, **s} for s in samples])
-        loggers.evals(eval_rows(bench.name, metrics, n_problems=len(bench.problems), k=cfg.eval.k,
-                                temperature=cfg.rollout.temperature, **how,
-                                max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens))
+    bench_metrics, rows, samples = eval_benchmarks(
+        engine, benches, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
+        max_new_tokens=cfg.eval.max_new_tokens, how={**how, "temperature": cfg.rollout.temperature,
+                                                     "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens})
+    loggers.evals(rows, samples)
+    results = {task.name: task_metrics, **bench_metrics}
     row = {}
     for name, metrics in results.items():
         log(f"step {step}: " + ", ".join(f"eval/{name}/{k} {v:.3f}" for k, v in metrics.items()))
