@@ -67,7 +67,8 @@ def _algorithm_names(sources=None) -> list[str]:
         root = resources.files(source["path"]) if source["schema"] == "pkg" else Path(source["path"])
         group = root / "algo"
         if group.is_dir():
-            names += [str(OmegaConf.create(f.read_text()).get("name")) for f in group.iterdir() if f.name.endswith(".yaml")]
+            presets = [OmegaConf.create(f.read_text()) for f in group.iterdir() if f.name.endswith(".yaml")]
+            names += [str(p.name) for p in presets if p.get("name")]  # one building on another names none
     return names
 
 
