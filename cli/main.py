@@ -55,10 +55,11 @@ def train(
 
     Hydra's own flags work as in any Hydra app: --cfg job|hydra|all [--resolve], --info, -m/--multirun
     (the same as gspo sweep), hydra/launcher=joblib|submitit_local, hydra/sweeper=optuna. --cfg alone
-    prints the resolved, checked config.
+    prints the resolved, checked config with each key's one-line doc.
     """
     from gspo.cli.sweep import INFO_FLAGS, MULTIRUN, run_hydra_flags, run_sweep
-    from gspo.conf import compose_config, config_to_yaml
+    from gspo.conf import compose_config
+    from gspo.conf.docs import annotated_yaml
 
     args = list(overrides or [])
     if any(a in MULTIRUN for a in args):
@@ -70,7 +71,7 @@ def train(
         return
     config = compose_config([a for a in args if a != "--cfg"])
     if cfg_alone:
-        typer.echo(config_to_yaml(config), nl=False)
+        typer.echo(annotated_yaml(config), nl=False)
         return
     if quiet:
         config.logger.progress = False

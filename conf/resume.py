@@ -44,7 +44,7 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
     if not (path / "config.yaml").is_file():
         raise GspoError(f"resume=true but there is no run at {path} (no config.yaml)")
     try:
-        saved = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path / "config.yaml"))
+        saved = OmegaConf.merge(OmegaConf.structured(Config), _upgrade(OmegaConf.load(path / "config.yaml")))
     except (OmegaConfBaseException, OSError, ValueError) as e:
         raise GspoError(f"cannot read {path / 'config.yaml'}: {str(e).splitlines()[0]}") from None
     for key in _override_keys(overrides):
@@ -56,6 +56,19 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
                 f"{key}: a resumed run keeps its own config ({key}={_show(old)} in {path / 'config.yaml'}); "
                 f"on resume only {', '.join(EXTENDS[:-3])} may change; start a new run_id to change {key}")
     saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
+    return saved
+
+
+def _upgrade(saved: DictConfig) -> DictConfig:
+    """A config saved before issue 11: algo.aggregation became GRPO's own option (algo.options.aggregation;
+    GSPO never had a choice), and eval.temperature, never read, is gone."""
+    algo, evals = saved.get("algo") or {}, saved.get("eval") or {}
+    if "aggregation" in algo:
+        aggregation = algo.pop("aggregation")
+        if algo.get("name") == "grpo":
+            algo.options = {"aggregation": aggregation}
+    if "temperature" in evals:
+        evals.pop("temperature")
     return saved
 
 

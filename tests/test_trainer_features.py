@@ -39,12 +39,12 @@ def _spy(monkeypatch, module, name: str, record: list, pick):
 @pytest.mark.parametrize("scale", ["std", "none"])
 def test_adv_scale_and_aggregation_reach_the_update(gspo, tmp_path, monkeypatch, scale):
     """The advantages the update gets are the hand-computed ones from the step's rewards under
-    algo.adv_scale, and every loss call gets algo.aggregation and algo.kl_beta."""
+    algo.adv_scale, and every loss call gets algo.options.aggregation and algo.kl_beta."""
     batches, calls = [], []
     _spy(monkeypatch, loop, "update", batches, lambda *a, **k: a[3].advantages.clone())
     _spy(monkeypatch, update_module, "policy_loss", calls,
          lambda name, **k: (name, k["aggregation"], k["kl_beta"], k["ref_logp"] is not None))
-    run = gspo.train(tmp_path, f"scale-{scale}", *ONE_STEP, "algo=grpo", f"algo.adv_scale={scale}", "algo.aggregation=token_mean",
+    run = gspo.train(tmp_path, f"scale-{scale}", *ONE_STEP, "algo=grpo", f"algo.adv_scale={scale}", "algo.options.aggregation=token_mean",
                      "logger.samples_per_step=8")
     rewards = torch.tensor([s["reward"] for s in _rows(run / "samples.jsonl")], dtype=torch.float64).view(2, 4)
     centred = rewards - rewards.mean(1, keepdim=True)

@@ -7,12 +7,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from gspo.conf.compose import compose_config
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
-from gspo.trainer.loggers import start_wandb, wandb_group, wandb_mode
+from gspo.trainer.loggers import start_wandb, wandb_group, wandb_mode, write_evals
+from gspo.trainer.models import load_pretrained
+from gspo.trainer.policy import load_policy
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
-from gspo.trainer.tasks import Task
+from gspo.trainer.task_types import Task
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:
@@ -55,6 +60,21 @@ def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:
             text = p.prompt
         texts.extend([text] * k)
     return texts
+
+
+def eval_benchmarks(engine, benches: list, *, k: int, seed: int, chat: bool, workers: int, how: dict,
+                    max_new_tokens: int | None = None, greedy: bool = False) -> tuple[dict, list[dict], list[dict]]:
+    """The one benchmark eval of `gspo train` (periodic) and `gspo eval`: `engine` on each benchmark.
+
+    Returns (metrics per benchmark name, evals.jsonl rows, eval_samples.jsonl rows); `how` (step, model,
+    temperature, top_p, max_new_tokens) is stamped on every row, as `write_evals` writes them."""
+    metrics, rows, samples = {}, [], []
+    for bench in benches:
+        metrics[bench.name], graded = eval_benchmark(engine, bench, k=k, seed=seed, chat=chat, workers=workers,
+                                                     max_new_tokens=max_new_tokens, greedy=greedy)
+        samples += [{"step": how.get("step"), **s} for s in graded]
+        rows += eval_rows(bench.name, metrics[bench.name], n_problems=len(bench.problems), k=k, **how)
+    return metrics, rows, samples
 
 
 def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int = 1,
@@ -113,17 +133,14 @@ def run_eval(req: EvalRequest, log=print) -> Path:
     engine = HFEngine(model, tokenizer, temperature=settings["temperature"] or info["temperature"], top_p=req.top_p,
                       max_new_tokens=settings["max_new_tokens"], batch_size=req.batch_size)
     tracker = _eval_wandb(req, out_dir, info)
-    for bench in benches:
-        metrics, samples = eval_benchmark(engine, bench, k=req.k, seed=req.seed, chat=info["chat"],
-                                          workers=req.workers, greedy=greedy)
+    results, rows, samples = eval_benchmarks(engine, benches, k=req.k, seed=req.seed, chat=info["chat"],
+                                             workers=req.workers, greedy=greedy,
+                                             how={"step": info["step"], "model": info["model"], **settings})
+    write_evals(run, rows, samples)
+    for name, metrics in results.items():
         if tracker is not None:
-            tracker.log({f"eval/{bench.name}/{m}": v for m, v in metrics.items()})
-        for s in samples:
-            run.append("eval_samples.jsonl", {"step": info["step"], **s})
-        for row in eval_rows(bench.name, metrics, step=info["step"], model=info["model"], n_problems=len(bench.problems),
-                             k=req.k, **settings):
-            run.append("evals.jsonl", row)
-        log(f"{bench.name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
+            tracker.log({f"eval/{name}/{m}": v for m, v in metrics.items()})
+        log(f"{name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
     if tracker is not None:
         tracker.finish()
     return out_dir
@@ -141,8 +158,6 @@ def _eval_wandb(req: EvalRequest, out_dir: Path, info: dict):
 
 def _run_task_options(run: str | None) -> dict[str, dict]:
     """For a run on the embedded task, `bench=arith` means that run's held-out problems."""
-    from omegaconf import OmegaConf
-
     config = Path(run) / "config.yaml" if run else None
     if config is None or not config.exists():
         return {}
@@ -154,12 +169,6 @@ def _run_task_options(run: str | None) -> dict[str, dict]:
 
 def _eval_model(req: EvalRequest, log):
     """(model, tokenizer, info) for a run's latest checkpoint, a path or hub id, or the embedded "tiny"."""
-    from omegaconf import OmegaConf
-
-    from gspo.conf import compose_config
-    from gspo.trainer.models import load_pretrained
-    from gspo.trainer.policy import load_policy
-
     if req.run is not None and req.model is not None:
         raise GspoError("give one of run=<run dir> or model=<path, hub id or tiny>, not both")
     if req.run is None and req.model is None:

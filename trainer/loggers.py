@@ -48,13 +48,8 @@ class Loggers:
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if v is not None and k != "step"}, step=step)
 
-    def evals(self, rows: list[dict]) -> None:
-        for row in rows:
-            self.run.append("evals.jsonl", _finite(row))
-
-    def eval_samples(self, rows: list[dict]) -> None:
-        for row in rows:
-            self.run.append("eval_samples.jsonl", row)
+    def evals(self, rows: list[dict], samples: tuple[dict, ...] | list[dict] = ()) -> None:
+        write_evals(self.run, rows, samples)
 
     def samples(self, rows: list[dict]) -> None:
         for row in rows:
@@ -64,6 +59,15 @@ class Loggers:
         if self.wandb is not None:
             self.wandb.finish(exit_code=exit_code)
             self.wandb = None
+
+
+def write_evals(run: RunDir, rows: list[dict], samples: tuple[dict, ...] | list[dict] = ()) -> None:
+    """evals.jsonl rows and eval_samples.jsonl samples: how the periodic evals of `gspo train` and `gspo
+    eval` both write theirs."""
+    for row in rows:
+        run.append("evals.jsonl", _finite(row))
+    for sample in samples:
+        run.append("eval_samples.jsonl", sample)
 
 
 def start_wandb(mode: str, folder: Path, **init):

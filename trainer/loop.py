@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
+from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
-from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
+from gspo.trainer.evaluate import eval_benchmarks, eval_task, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import completion_logprobs
@@ -39,7 +40,8 @@ from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
-from gspo.trainer.tasks import Item, Task, build_task
+from gspo.trainer.task_types import Item, Task
+from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, to_host, update
 
 
@@ -50,6 +52,7 @@ def step_seed(seed: int, step: int, salt: str) -> int:
 def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
+    check_algorithm(cfg.algo, task)
     benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
     device = pick_device(cfg.device)
     precision_name = checked_precision(cfg, device)
@@ -194,7 +197,8 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
-        advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
+        advantages = rollout_advantages(cfg.algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
+                                        rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
         old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
         ref_logp = None
         if ref_model is not None:
@@ -274,15 +278,12 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     task_metrics = eval_task(engine, task, prompts, seed=seed, greedy=cfg.train.eval_greedy)
     loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
                                  max_new_tokens=cfg.rollout.max_new_tokens, **how))
-    results = {task.name: task_metrics}
-    for bench in benches:
-        metrics, samples = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
-                                          workers=cfg.eval.workers, max_new_tokens=cfg.eval.max_new_tokens)
-        results[bench.name] = metrics
-        loggers.eval_samples([{"step": step, **s} for s in samples])
-        loggers.evals(eval_rows(bench.name, metrics, n_problems=len(bench.problems), k=cfg.eval.k,
-                                temperature=cfg.rollout.temperature, **how,
-                                max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens))
+    bench_metrics, rows, samples = eval_benchmarks(
+        engine, benches, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
+        max_new_tokens=cfg.eval.max_new_tokens, how={**how, "temperature": cfg.rollout.temperature,
+                                                     "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens})
+    loggers.evals(rows, samples)
+    results = {task.name: task_metrics, **bench_metrics}
     row = {}
     for name, metrics in results.items():
         log(f"step {step}: " + ", ".join(f"eval/{name}/{k} {v:.3f}" for k, v in metrics.items()))

@@ -1,9 +1,11 @@
 """The policy update over one rollout batch: E epochs x M minibatches, each one optimizer step.
 
-Nothing here knows which algorithm runs: the loss, its aggregation and its metrics come from
-`gspo.algos.policy_loss`. Micro-batches inside a minibatch (gradient accumulation) pass the minibatch's
-own sequence and token counts as denominators, so their losses add up to the minibatch loss exactly
-(scaling means by the local micro-batch size is a bug peers shipped).
+Nothing here knows which algorithm runs: the loss, its options and its metrics come from
+`gspo.algos.policy_loss`, and each metric reduces as the algorithm declares (token or sequence mean,
+sum, min, max): `MetricSums` keeps a (sum, count) per metric over the micro-batches and divides once.
+Micro-batches inside a minibatch (gradient accumulation) pass the minibatch's own sequence and token
+counts as denominators, so their losses add up to the minibatch loss exactly (scaling means by the
+local micro-batch size is a bug peers shipped).
 
 Devices: every tensor lives on the model's device; the shuffle and the bookkeeping (completion lengths,
 denominators, widths) are host values, so the update makes no host sync until its metrics are read
@@ -19,14 +21,47 @@ from dataclasses import dataclass
 
 import torch
 
+from gspo.algos import get as get_algorithm
 from gspo.algos import policy_loss, ratio_diagnostics
+from gspo.algos.registry import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
 from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.moe import RoutingRecorder
 from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 
-SEQUENCE_METRICS = ("clip/seq_frac", "ratio/seq_mean")  # means over sequences; the rest are over tokens
+# The update's own metrics, reduced like the algorithm's: means over the updates of a step.
+UPDATE_METRICS = {"optim/grad_norm": SEQ_MEAN, "optim/lr": SEQ_MEAN}
+
+
+class MetricSums:
+    """Metrics of micro-batches combined as their algorithm declares: a (sum, count) per mean or sum,
+    a running min or max per extreme; `result()` divides once. Sums and counts are 0-dim device tensors
+    or host numbers, ready to be added across processes before the division."""
+
+    def __init__(self, kinds: dict[str, str]):
+        self.kinds = kinds
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, torch.Tensor], *, n_seq: float, n_tok: float) -> None:
+        for key, value in metrics.items():
+            kind = self.kinds.get(key)
+            if kind is None:
+                raise KeyError(f"metric {key!r} has no declared reduction (gspo.algos.register(..., metrics=))")
+            value = value.detach().float()
+            acc = self.sums.get(key)
+            if kind in (MIN, MAX):
+                self.sums[key] = value if acc is None else (torch.minimum if kind == MIN else torch.maximum)(acc, value)
+                continue
+            weight = {TOKEN_MEAN: n_tok, SEQ_MEAN: n_seq, SUM: 1.0}[kind]  # a sum's parts add up as they are
+            self.sums[key] = value * weight if acc is None else acc + value * weight
+            self.counts[key] = self.counts.get(key, 0.0) + weight
+
+    def result(self) -> dict[str, torch.Tensor]:
+        """Means divided once (sum / count); sums and extremes as they are."""
+        return {k: v if self.kinds[k] in (MIN, MAX, SUM) else v / max(self.counts[k], 1.0)
+                for k, v in self.sums.items()}
 
 
 @dataclass
@@ -47,6 +82,7 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
     of them. `rollout` (the config group) says how the tokens were sampled: temperature, top_p, and
     max_new_tokens, the constant normaliser of Dr. GRPO's aggregation. With `undoable` (on_nonfinite=skip),
     a NonFinite raised by any update first restores the state the batch started from."""
+    kinds = {**get_algorithm(algo.name).metrics, **UPDATE_METRICS}
     per_update: list[dict[str, torch.Tensor]] = []
     used: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-ratio, mask) of every micro-batch, detached
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
@@ -57,9 +93,9 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
             order = torch.randperm(len(batch.lengths), generator=gen).tolist()
             size = len(order) // train.minibatches
             for s in range(0, len(order), size):
-                metrics = _minibatch_step(model, batch, order[s : s + size], used, precision=precision, algo=algo,
-                                          train=train, rollout=rollout)
-                guard = _nonfinite_guard(optimizer, metrics, per_update)
+                metrics = _minibatch_step(model, batch, order[s : s + size], used, kinds, precision=precision,
+                                          algo=algo, train=train, rollout=rollout)
+                guard = _nonfinite_guard(optimizer, metrics, per_update, kinds)
                 metrics["optim/grad_norm"] = precision.step(optimizer, train.max_grad_norm, guard=guard).detach()
                 metrics["optim/lr"] = torch.tensor(scheduler.get_last_lr()[0], device=batch.advantages.device)
                 scheduler.step()
@@ -73,7 +109,7 @@ def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, a
         if batch.routing is not None:
             batch.routing.stop()
     routing = batch.routing.metrics() if batch.routing is not None else {}
-    return reduce_metrics(per_update) | _diagnostics(used) | routing
+    return reduce_metrics(per_update, kinds) | _diagnostics(used) | routing
 
 
 def _snapshot(precision: Precision, optimizer, scheduler) -> tuple:
@@ -94,13 +130,13 @@ def _restore(snapshot: tuple, precision: Precision, optimizer, scheduler) -> Non
     scheduler.load_state_dict(scheduler_state)
 
 
-def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
+def _nonfinite_guard(optimizer, metrics: dict, done: list[dict], kinds: dict[str, str]):
     """The check Precision.step runs before the optimizer steps: a non-finite loss or gradient norm (None
     when fp16's loss scale handles an overflow itself) discards the gradients and raises NonFinite, so the
     bad update never reaches the weights. One host sync per optimizer step."""
 
     def guard(norm: torch.Tensor | None) -> None:
-        values = {k: v for k, v in metrics.items() if k.startswith("loss/")}
+        values = {k: v for k, v in metrics.items() if kinds.get(k) == SUM}  # the loss terms
         if norm is not None:
             values["optim/grad_norm"] = norm
         if norm is not None and norm.device.type == "meta":
@@ -111,25 +147,23 @@ def _nonfinite_guard(optimizer, metrics: dict, done: list[dict]):
         bad = [k for k, v in values.items() if not bool(v.isfinite())]
         ratios = [{k: v for k, v in r.items() if k.startswith(("ratio/", "clip/"))} for r in [*done, metrics]]
         raise NonFinite(f"{', '.join(sorted(bad, reverse=True))} in update {len(done) + 1}",
-                        {"ratio_stats": to_host(reduce_metrics(ratios))})
+                        {"ratio_stats": to_host(reduce_metrics(ratios, kinds))})
 
     return guard
 
 
-def _minibatch_step(model, batch: Batch, idx: list[int], used: list, *, precision: Precision, algo, train, rollout) -> dict:
+def _minibatch_step(model, batch: Batch, idx: list[int], used: list, kinds: dict[str, str], *,
+                    precision: Precision, algo, train, rollout) -> dict:
     seq_den, tok_den = float(len(idx)), float(max(1, sum(batch.lengths[i] for i in idx)))
     micro = train.micro_batch_size or len(idx)
-    sums: dict[str, torch.Tensor] = {}
+    sums = MetricSums(kinds)
     for s in range(0, len(idx), micro):
         part = idx[s : s + micro]
         loss, metrics = _micro_loss(model, batch, part, used, precision=precision, algo=algo, rollout=rollout,
                                     seq_den=seq_den, tok_den=tok_den, chunk=train.logprob_chunk)
         precision.backward(loss)
-        # micro-batch metrics are means over its sequences or its tokens: weight by that share
-        w_seq, w_tok = len(part) / seq_den, sum(batch.lengths[i] for i in part) / tok_den
-        for k, v in metrics.items():
-            sums[k] = _combine(k, sums.get(k), v, w_seq if k in SEQUENCE_METRICS else w_tok)
-    return sums
+        sums.add(metrics, n_seq=len(part), n_tok=sum(batch.lengths[i] for i in part))
+    return sums.result()
 
 
 def _micro_loss(model, batch: Batch, part: list[int], used: list, *, precision, algo, rollout, seq_den, tok_den, chunk):
@@ -145,10 +179,11 @@ def _micro_loss(model, batch: Batch, part: list[int], used: list, *, precision, 
     ref = batch.ref_logp[rows, :width] if batch.ref_logp is not None else None
     old, mask = batch.old_logp[rows, :width], r.completion_mask[rows, :width]
     used.append(((logp.detach() - old) * mask, mask))
+    adv = batch.advantages[rows] if batch.advantages.dim() == 1 else batch.advantages[rows, :width]  # [n] or [n, width]
     return policy_loss(
-        algo.name, logp=logp, old_logp=old, advantages=batch.advantages[rows],
+        algo.name, logp=logp, old_logp=old, advantages=adv,
         mask=mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
-        aggregation=algo.aggregation, max_len=rollout.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
+        **algo.options, max_len=rollout.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
         seq_denominator=seq_den, token_denominator=tok_den,
     )
 
@@ -160,23 +195,13 @@ def _diagnostics(used: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, tor
     return ratio_diagnostics(log_ratio=torch.cat(pad[0::2]), mask=torch.cat(pad[1::2]))
 
 
-def _combine(key: str, acc, value: torch.Tensor, weight: float) -> torch.Tensor:
-    value = value.detach().float()
-    if key.startswith("loss/"):  # computed with the minibatch's denominators: parts add up
-        return value if acc is None else acc + value
-    if key.endswith("_min"):
-        return value if acc is None else torch.minimum(acc, value)
-    if key.endswith("_max"):
-        return value if acc is None else torch.maximum(acc, value)
-    return value * weight if acc is None else acc + value * weight
-
-
-def reduce_metrics(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Means over updates (min/max for extremes), still on the device."""
+def reduce_metrics(rows: list[dict[str, torch.Tensor]], kinds: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Over the updates of a step: means, and min / max for the extremes (by `kinds`), still on the device."""
     out: dict[str, torch.Tensor] = {}
     for key in rows[0]:
         vals = torch.stack([r[key] for r in rows])
-        out[key] = vals.min() if key.endswith("_min") else vals.max() if key.endswith("_max") else vals.mean()
+        kind = kinds.get(key)
+        out[key] = vals.min() if kind == MIN else vals.max() if kind == MAX else vals.mean()
     return out
 
 
