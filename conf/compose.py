@@ -116,8 +116,10 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low < 1 and clip_high > 0")
     if r.temperature <= 0 or not (0 < r.top_p <= 1) or r.max_new_tokens < 1:
         raise GspoError("rollout: need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1")
-    if cfg.algo.old_logp_source not in ("recompute", "engine"):
-        raise GspoError(f"algo.old_logp_source={cfg.algo.old_logp_source!r}: use recompute or engine")
+    if cfg.algo.old_logp_source not in ("auto", "recompute", "engine"):
+        raise GspoError(f"algo.old_logp_source={cfg.algo.old_logp_source!r}: use auto, recompute or engine")
+    if r.sampler not in ("lean", "generate"):
+        raise GspoError(f"rollout.sampler={r.sampler!r}: use lean or generate")
     if r.dtype not in ("auto", "bfloat16", "float16"):
         raise GspoError(f"rollout.dtype={r.dtype!r}: use auto, bfloat16 or float16")
     if r.engine not in ("hf", "vllm"):

@@ -22,7 +22,7 @@ class AlgoConfig:
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
-    old_logp_source: str = "recompute"  # recompute: a trainer forward; engine: the sampler's own log-probs (paper sec. 5.3)
+    old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
     routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
 
 
@@ -106,6 +106,7 @@ class RolloutConfig:
     max_new_tokens: int = 64
     dtype: str = "auto"  # hf engine: auto (the model's) or bfloat16/float16 autocast, a sampler less precise than the trainer
     batch_size: int = 256  # completions generated per generate() call
+    sampler: str = "lean"  # hf engine: lean (its own KV-cache decoding loop, same draws as generate) or generate (transformers')
     # vllm only
     gpu_memory_utilization: float = 0.5
     tensor_parallel_size: int = 1

@@ -37,15 +37,18 @@ def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
 
 
 def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                top_p: float):
+                top_p: float, with_entropy: bool = False):
+    """Log-probs of `targets` [chunk] and, with `with_entropy`, the entropies [chunk] (detached), from one
+    output-layer matmul: H = lse - sum_v p_v z_v, with p = exp(z - lse) of the same logits z."""
     logits = sampling_logits(head(hidden), temperature, top_p)  # [chunk, V]
     lse = torch.logsumexp(logits, dim=-1)
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-
-
-def _chunk_entropy(head: torch.nn.Module, hidden: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    logp = torch.log_softmax(sampling_logits(head(hidden), temperature, top_p), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        z, m = logits.detach(), lse.detach()
+        entropy = m - torch.linalg.vecdot(torch.exp(z - m.unsqueeze(-1)), z)
+    return logp, entropy
 
 
 def completion_logprobs(
@@ -78,12 +81,13 @@ def completion_logprobs(
     for s in range(0, n * t, chunk):
         hs, ts = flat_h[s : s + chunk], flat_t[s : s + chunk]
         if torch.is_grad_enabled():
-            pieces.append(checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, use_reentrant=False))
+            out = checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, with_entropy, use_reentrant=False)
         else:
-            pieces.append(_chunk_logp(head, hs, ts, temperature, top_p))
+            out = _chunk_logp(head, hs, ts, temperature, top_p, with_entropy)
         if with_entropy:
-            with torch.no_grad():
-                ents.append(_chunk_entropy(head, hs.detach(), temperature, top_p))
+            out, ent = out
+            ents.append(ent)
+        pieces.append(out)
     logp = torch.cat(pieces).view(n, t)
     entropy = torch.cat(ents).view(n, t) if with_entropy else None
     return logp, entropy
