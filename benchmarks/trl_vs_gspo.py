@@ -135,7 +135,8 @@ def run_trl(args, work: dict) -> dict:
     timers: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 
     def reward(prompts, completions, gold, completion_ids, **_):
-        seen.append({"prompts": _prompt_hash(list(prompts)[:: args.group]),  # each prompt comes G times "completions": len(completions),
+        seen.append({"prompts": _prompt_hash(list(prompts)[:: args.group]),  # each prompt comes G times
+                     "completions": len(completions),
                      "tokens": sum(len(c) for c in completion_ids)})
         return [float(grade_arith(c, g)) for c, g in zip(completions, gold, strict=True)]
 

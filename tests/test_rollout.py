@@ -218,25 +218,45 @@ def test_generate_in_several_batches_concatenates_consistently(tiny):
 
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])
 def test_lean_sampler_draws_what_generate_draws(tiny, temperature, top_p):
-    """The lean loop draws from the same distribution in the same way as transformers' generate (one
-    torch.multinomial per token on the same probabilities), so on fixed seeds it returns the same tokens,
-    and the same log-probs of them; the model's own sampling defaults (top_k=1 here) reach neither."""
+    """The lean loop draws each token from the same distribution in the same way as transformers' generate
+    (one torch.multinomial on the same probabilities; the model's own sampling defaults, top_k=1 here,
+    reach neither): on a fixed seed every row's tokens are the same until the first row ends and leaves
+    the lean batch; after that the draws use other random numbers (see the statistics test below).
+    Greedy decoding agrees."""
     model, tokenizer = tiny
     saved, model.generation_config.top_k = model.generation_config.top_k, 1
     try:
         out = {s: _engine(model, tokenizer, temperature=temperature, top_p=top_p, want_logprobs=True,
-                          sampler=s).generate(PROMPTS * 4, seed=seed)
-               for seed in (3,) for s in ("lean", "generate")}
+                          sampler=s).generate(PROMPTS * 2, seed=3) for s in ("lean", "generate")}
+        greedy = {s: _engine(model, tokenizer, sampler=s).generate(PROMPTS, seed=0, greedy=True).texts
+                  for s in ("lean", "generate")}
     finally:
         model.generation_config.top_k = saved
     lean, ref = out["lean"], out["generate"]
-    assert torch.equal(lean.input_ids, ref.input_ids) and lean.texts == ref.texts
-    assert torch.equal(lean.completion_mask, ref.completion_mask) and torch.equal(lean.truncated, ref.truncated)
-    assert len(set(lean.texts)) > 4  # sampled, not one greedy answer per prompt
-    torch.testing.assert_close(lean.engine_logp, ref.engine_logp, rtol=0, atol=1e-6)
-    greedy = {s: _engine(model, tokenizer, sampler=s).generate(PROMPTS, seed=0, greedy=True).texts
-              for s in ("lean", "generate")}
+    p = lean.input_ids.shape[1] - lean.n_completion
+    first_end = int(lean.completion_mask.sum(-1).min())  # no row has left the lean batch before this token
+    assert first_end >= 2
+    assert torch.equal(lean.input_ids[:, : p + first_end], ref.input_ids[:, : p + first_end])
+    torch.testing.assert_close(lean.engine_logp[:, :first_end], ref.engine_logp[:, :first_end], rtol=0, atol=1e-6)
     assert greedy["lean"] == greedy["generate"]
+
+
+def test_lean_sampler_token_statistics_match_generate():
+    """256 completions each from the lean loop and from generate on a peaked model (output layer x6): the
+    unigram token frequencies agree (total variation ~0.03-0.05 between two samples of one distribution)
+    and the mean lengths too, while generate at 1.3x the temperature is told apart (~0.13)."""
+    model, tokenizer = _tiny(3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(6)
+
+    def sample(sampler: str, temperature: float) -> tuple[torch.Tensor, float]:
+        r = _engine(model, tokenizer, temperature=temperature, sampler=sampler).generate(PROMPTS * 64, seed=3)
+        ids = r.input_ids[:, -r.n_completion :][r.completion_mask.bool()]
+        return torch.bincount(ids, minlength=len(tokenizer)).float() / ids.numel(), r.completion_mask.sum(-1).mean()
+
+    (lean, lean_len), (ref, ref_len), (hot, _) = sample("lean", 1.0), sample("generate", 1.0), sample("generate", 1.3)
+    assert 0.5 * (lean - ref).abs().sum() < 0.08 < 0.5 * (hot - ref).abs().sum()
+    assert abs(lean_len - ref_len) < 0.1 * ref_len
 
 
 def test_lean_sampler_first_token_frequencies_follow_the_softmax(tiny):

@@ -13,10 +13,24 @@ left the nucleus after an update gives a ratio of 0 instead of NaN.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
 OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any real logit
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled body
+
+
+def compile_body(model: torch.nn.Module) -> None:
+    """Score `model` (here: completion_logprobs, the update's and the scoring pass's forwards) through a
+    torch.compile'd copy of its decoder body, with dynamic shapes (every minibatch has its own width). The
+    model itself, its state dict and generation are untouched; the same function, fused kernels."""
+    _COMPILED[model] = torch.compile(_decoder(model), dynamic=True)
+
+
+def _decoder(model: torch.nn.Module) -> torch.nn.Module:
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
 
 
 def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -69,7 +83,7 @@ def completion_logprobs(
     (detached), both of the sampling distribution: temperature, then the top-p nucleus.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    body = _COMPILED.get(model) or _decoder(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
     # the token at position j is predicted from the hidden state at j - 1
     h = hidden[:, -n_completion - 1 : -1, :]  # [N, T, H]

@@ -29,7 +29,7 @@ from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
-from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.logprobs import compile_body, completion_logprobs
 from gspo.trainer.lora import adapters_disabled
 from gspo.trainer.models import pick_device
 from gspo.trainer.moe import RoutingRecorder, find_routers
@@ -73,6 +73,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
     model.to(device)
+    if cfg.train.compile:
+        compile_body(model)
     precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
