@@ -58,9 +58,12 @@ def plan(args) -> dict:
     from gspo.trainer.tasks import build_task
 
     cfg = compose_config(_overrides(args))
+    # the cold start is keyed by rollout.max_new_tokens too: every length of the scaling table uses the
+    # default's model (64), the one the comparison uses
+    spec = tiny_spec(compose_config([*_overrides(args), "rollout.max_new_tokens=64"]))
     task = build_task(cfg.task)
     steps = [task.train_items(seed=cfg.seed, step=s, n=args.prompts) for s in range(1, args.warmup + args.batches + 1)]
-    return {"model": str(cold_start_path(tiny_spec(cfg), cfg.model.tiny.cache_dir, log=lambda _: None)),
+    return {"model": str(cold_start_path(spec, cfg.model.tiny.cache_dir, log=lambda _: None)),
             "prompts": [[it.prompt for it in items] for items in steps],
             "golds": [[it.gold for it in items] for items in steps],
             "clip_low": cfg.algo.clip_low, "clip_high": cfg.algo.clip_high}
@@ -74,13 +77,14 @@ def run_gspo(args, work: dict) -> dict:
     from gspo.conf.compose import compose_config
     from gspo.trainer.engines import make_engine
     from gspo.trainer.loop import format_prompts, train_step
-    from gspo.trainer.policy import load_policy
+    from gspo.trainer.models import load_pretrained
     from gspo.trainer.precision import Precision
     from gspo.trainer.state import make_optimizer
     from gspo.trainer.tasks import build_task
 
     cfg = compose_config(_overrides(args))
-    model, tokenizer = load_policy(cfg, log=lambda _: None)
+    model, tokenizer = load_pretrained(work["model"], dtype=cfg.model.dtype)  # what load_policy loads for tiny
+    model.eval()
     precision = Precision(model, "fp32", torch.device("cpu"))
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
@@ -95,13 +99,13 @@ def run_gspo(args, work: dict) -> dict:
     batches = []
     for step in range(1, args.warmup + args.batches + 1):
         items = task.train_items(seed=cfg.seed, step=step, n=args.prompts)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         row = train_step(cfg, step, model, None, engine, task, (precision, optimizer, scheduler), NoSamples())
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         split = {"generation": row["time/generate_s"], "grading": row["time/grade_s"],
                  "old_logp": row["time/old_logp_s"], "update": row["time/updates_s"]}
         split["overhead"] = wall - sum(split.values())
-        batches.append({"wall": wall, **split, "prompts": _prompt_hash(format_prompts(tokenizer, items, chat=False)),
+        batches.append({"wall": wall, "cpu": cpu, **split, "prompts": _prompt_hash(format_prompts(tokenizer, items, chat=False)),
                         "completions": args.prompts * args.group,
                         "tokens": row["completion/len_mean"] * args.prompts * args.group,
                         "len_mean": row["completion/len_mean"], "reward": row["reward/mean"]})
@@ -189,15 +193,15 @@ def run_trl(args, work: dict) -> dict:
         def on_step_begin(self, a, state, control, **kw):
             if state.global_step % args.updates == 0:
                 timers.update(dict.fromkeys([*PHASES, "scoring"], 0.0))
-                timers["t0"] = time.perf_counter()
+                timers["t0"], timers["c0"] = time.perf_counter(), time.process_time()
 
         def on_step_end(self, a, state, control, **kw):
             if state.global_step % args.updates == 0:
-                wall = time.perf_counter() - timers["t0"]
+                wall, cpu = time.perf_counter() - timers["t0"], time.process_time() - timers["c0"]
                 split = {k: timers[k] for k in ("generation", "grading", "old_logp")}
                 split["overhead"] = timers["scoring"] - sum(split.values())  # advantages, tokenising, bookkeeping
                 split["update"] = wall - timers["scoring"]  # forwards, backwards, optimizer steps, Trainer's loop
-                batches.append({"wall": wall, **split})
+                batches.append({"wall": wall, "cpu": cpu, **split})
 
     trainer = Timed(model=model, processing_class=tokenizer, reward_funcs=reward, args=config,
                     train_dataset=Dataset.from_list(rows), callbacks=[Clock()])
@@ -233,7 +237,7 @@ def spawn(args, arm: str, algo: str, work_file: str, extra: list[str]) -> dict:
 def summarise(res: dict, warmup: int, updates: int) -> dict:
     """Means over a process's measured batches (its first `warmup` ones are dropped)."""
     kept = res["batches"][warmup:]
-    mean = {k: statistics.fmean(b[k] for b in kept) for k in ("wall", *PHASES, "len_mean", "tokens")}
+    mean = {k: statistics.fmean(b[k] for b in kept) for k in ("wall", "cpu", *PHASES, "len_mean", "tokens")}
     return {**mean, "per_update": mean["wall"] / updates, "tokens_per_s": mean["tokens"] / mean["wall"],
             "prompts": [b["prompts"] for b in res["batches"]], "completions": [b["completions"] for b in kept],
             "peak_rss_mb": res["peak_rss_mb"], "startup": res["startup"]}
@@ -256,7 +260,7 @@ def compare(args, algo: str, work_file: str, work: dict) -> dict:
             configs[arm] = res["config"]
             runs[arm].append(summarise(res, args.warmup, args.updates))
             s = runs[arm][-1]
-            print(f"  repeat {r + 1} {arm:>4}: {s['wall']:.3f} s per rollout batch (load {os.getloadavg()[0]:.1f})",
+            print(f"  repeat {r + 1} {arm:>4}: {s['wall']:.3f} s per rollout batch, {s['cpu']:.3f} CPU s (load {os.getloadavg()[0]:.1f})",
                   flush=True)
     return {"algo": algo, "runs": runs, "configs": configs}
 
@@ -268,16 +272,17 @@ def report(args, result: dict, work: dict) -> None:
           f"{args.repeats} alternating repeats x {args.batches} rollout batches (+{args.warmup} warm-up) ==")
     for arm, cfg in result["configs"].items():
         print(f"  {arm} config: {json.dumps(cfg)}")
-    head = f"  {'arm':>4} {'s/batch':>8} {'s/step':>7} " + " ".join(f"{p:>10}" for p in PHASES) + \
+    head = f"  {'arm':>4} {'s/batch':>8} {'cpu s':>7} {'s/step':>7} " + " ".join(f"{p:>10}" for p in PHASES) + \
         f" {'tok/s':>7} {'RSS MiB':>8} {'startup':>8} {'len':>6}"
     print(head)
     for arm, rows in runs.items():
-        print(f"  {arm:>4} {_med(rows, 'wall'):8.3f} {_med(rows, 'per_update'):7.3f} "
+        print(f"  {arm:>4} {_med(rows, 'wall'):8.3f} {_med(rows, 'cpu'):7.3f} {_med(rows, 'per_update'):7.3f} "
               + " ".join(f"{_med(rows, p):10.3f}" for p in PHASES)
               + f" {_med(rows, 'tokens_per_s'):7.0f} {max(r['peak_rss_mb'] for r in rows):8.0f}"
               f" {_med(rows, 'startup'):8.1f} {_med(rows, 'len_mean'):6.1f}")
     if set(runs) == {"gspo", "trl"}:
         ratio = statistics.median(t["wall"] / g["wall"] for t, g in zip(runs["trl"], runs["gspo"], strict=True))
+        cpu = statistics.median(t["cpu"] / g["cpu"] for t, g in zip(runs["trl"], runs["gspo"], strict=True))
         rss = max(r["peak_rss_mb"] for r in runs["gspo"]) / max(r["peak_rss_mb"] for r in runs["trl"])
         same_prompts = all(r["prompts"] == [_prompt_hash(p) for p in work["prompts"]]
                            for rows in runs.values() for r in rows)
@@ -287,10 +292,12 @@ def report(args, result: dict, work: dict) -> None:
         each = ", ".join(f"{t['wall'] / g['wall']:.2f}" for t, g in zip(runs["trl"], runs["gspo"], strict=True))
         print(f"  ratio TRL/gspo, s per rollout batch (median of {args.repeats} repeats): {ratio:.2f}; "
               f"per repeat: {each}")
+        print(f"  ratio TRL/gspo, process CPU seconds per rollout batch (median; robust to other load): {cpu:.2f}")
         print(f"  peak RSS gspo/TRL: {rss:.2f}")
         print(f"  same work: prompts {'identical' if same_prompts else 'DIFFER'}, completions per batch "
               f"{'identical' if same_count else 'DIFFER'} ({args.prompts * args.group}), mean length "
               f"gspo {lens['gspo']:.1f} vs TRL {lens['trl']:.1f} ({'similar' if similar else 'NOT similar'})")
+        result["cpu_ratio"] = cpu
         result["ratio"], result["rss_ratio"], result["same_work"] = ratio, rss, same_prompts and same_count and similar
 
 
@@ -299,7 +306,7 @@ def scaling(args, work_dir: str) -> None:
     grid = [("group", [2, 4, 8, 16]), ("prompts", [4, 8, 16, 32]), ("max_new_tokens", [32, 64, 128, 256])]
     print(f"\n== scaling, gspo {args.algos[0]}: s per rollout batch, base B={args.prompts} G={args.group} "
           f"T={args.max_new_tokens} M={args.updates}; median of {args.repeats} processes x {args.batches} batches ==")
-    print(f"  {'varied':>15} {'value':>6} {'s/batch':>8} {'x prev':>7} {'len':>6} {'tok/s':>7}")
+    print(f"  {'varied':>15} {'value':>6} {'s/batch':>8} {'x prev':>7} {'cpu s':>7} {'x prev':>7} {'len':>6} {'tok/s':>7}")
     for key, values in grid:
         prev = None
         for v in values:
@@ -314,10 +321,12 @@ def scaling(args, work_dir: str) -> None:
             rows = [summarise(spawn(sub, "gspo", args.algos[0], path, extra), args.warmup, args.updates)
                     for _ in range(args.repeats)]
             wall = _med(rows, "wall")
-            growth = f"{wall / prev:7.2f}" if prev else f"{'':>7}"
-            print(f"  {key:>15} {v:6d} {wall:8.3f} {growth} {_med(rows, 'len_mean'):6.1f} "
+            cpu = _med(rows, "cpu")
+            growth = f"{wall / prev[0]:7.2f}" if prev else f"{'':>7}"
+            cgrowth = f"{cpu / prev[1]:7.2f}" if prev else f"{'':>7}"
+            print(f"  {key:>15} {v:6d} {wall:8.3f} {growth} {cpu:7.3f} {cgrowth} {_med(rows, 'len_mean'):6.1f} "
                   f"{_med(rows, 'tokens_per_s'):7.0f}", flush=True)
-            prev = wall
+            prev = (wall, cpu)
 
 
 def main() -> None:
