@@ -1,29 +1,64 @@
-"""`gspo compare [OVERRIDES]`: GRPO, GSPO and GSPO-token over three seeds, then the report.
+"""`gspo compare [preset=NAME] [OVERRIDES]`: a preset sweep, then the report.
 
-The arms, seeds and the shortened run length are the sweep preset conf/sweep/compare.yaml; overrides
-on the command line win over it (`algo=grpo,gspo seed=0,1 train.steps=50`).
+A preset is a file of conf/sweep/: `compare` (the default: GRPO, GSPO and GSPO-token over three seeds,
+shortened to 20 steps) and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`). Its arms,
+seeds and run length are the file's; overrides on the command line win over it (`algo=grpo,gspo seed=0,1
+train.steps=50`). The report goes to <sweep>/report.
 """
 
 from __future__ import annotations
 
+import difflib
+from importlib import resources
+
 import typer
+from omegaconf import OmegaConf
 
 from gspo.cli.grade import user_errors
 from gspo.cli.report import print_report
 from gspo.cli.sweep import run_sweep
+from gspo.conf.errors import GspoError
 from gspo.trainer.report import write_report
 
-PRESET = "+sweep=compare"
+DEFAULT_PRESET = "compare"
+
+
+def presets() -> dict[str, str]:
+    """Preset name -> the text of its conf/sweep/<name>.yaml."""
+    root = resources.files("gspo.conf").joinpath("sweep")
+    return {p.name.removesuffix(".yaml"): p.read_text() for p in root.iterdir() if p.name.endswith(".yaml")}
+
+
+def pick_preset(overrides: list[str]) -> tuple[str, list[str]]:
+    """(preset name, the other overrides); GspoError naming the presets for an unknown one."""
+    named = [o.split("=", 1)[1] for o in overrides if o.startswith("preset=")]
+    rest = [o for o in overrides if not o.startswith("preset=")]
+    if len(named) > 1:
+        raise GspoError(f"preset= given {len(named)} times ({', '.join(named)}): name one")
+    name = named[0] if named else DEFAULT_PRESET
+    known = presets()
+    if name not in known:
+        near = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise GspoError(f"unknown preset {name!r}{hint}: the presets are {', '.join(sorted(known))}")
+    return name, rest
+
+
+def swept_by(text: str) -> tuple[str, ...]:
+    """The keys a preset sweeps (its hydra.sweeper.params), for run names and tags."""
+    params = OmegaConf.create(text).get("hydra", {}).get("sweeper", {}).get("params", {})
+    return tuple(params)
 
 
 @user_errors
 def compare_cmd(
-    overrides: list[str] = typer.Argument(None, help="Hydra overrides on top of the compare preset, "
-                                          "e.g. model=qwen3-0.6b task=math seed=0,1,2,3"),
+    overrides: list[str] = typer.Argument(None, help="preset=compare|moe|mismatch|stability, then Hydra "
+                                          "overrides on top of it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3"),
 ) -> None:
-    """Compare GRPO, GSPO and GSPO-token (3 seeds each; shortened to 20 steps on the embedded default),
-    then write the report and print its headline table."""
-    args = [PRESET, *(overrides or [])]
-    sweep_dir = run_sweep(args, preset_keys=("algo", "seed"))
+    """Run a comparison preset (default: GRPO, GSPO and GSPO-token, 3 seeds, 20 steps on the embedded
+    default; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then write the
+    report and print its headline table."""
+    name, rest = pick_preset(list(overrides or []))
+    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]))
     out = sweep_dir / "report"
     print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip()))

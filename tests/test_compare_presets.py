@@ -1,0 +1,53 @@
+"""`gspo compare preset=NAME`: every conf/sweep file is a preset; an unknown one is one line, exit 2,
+written nowhere; a preset's swept keys name its runs' tags; a short real `compare preset=...` runs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import TINY
+
+from gspo.cli.compare import pick_preset, presets, swept_by
+from gspo.conf.errors import GspoError
+
+
+def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
+    assert {"compare", "moe", "mismatch", "stability"} <= set(presets())
+    assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
+    assert pick_preset(["preset=moe", "seed=0"]) == ("moe", ["seed=0"])
+    assert swept_by(presets()["moe"]) == ("seed", "algo")
+    assert swept_by(presets()["mismatch"]) == ("algo", "algo.old_logp_source", "seed")
+
+
+@pytest.mark.parametrize("given, hint", [("mo", "did you mean moe?"), ("stabilty", "did you mean stability?"),
+                                         ("zzz", "")])
+def test_an_unknown_preset_names_the_presets(given, hint):
+    with pytest.raises(GspoError) as e:
+        pick_preset([f"preset={given}"])
+    assert f"unknown preset '{given}'" in str(e.value) and "compare, mismatch, moe, stability" in str(e.value)
+    assert hint in str(e.value)
+    with pytest.raises(GspoError, match="name one"):
+        pick_preset(["preset=moe", "preset=stability"])
+
+
+def test_unknown_preset_from_the_command_line_is_one_line_and_writes_nothing(gspo, tmp_path):
+    result = gspo.subprocess("compare", "preset=moee", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: unknown preset 'moee' (did you mean moe?): the presets are compare, mismatch, moe, stability"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
+    """preset=mismatch on TINY, one seed, one step: four runs (2 algorithms x 2 old-log-prob sources),
+    tagged with the preset's swept keys, and a report whose arms are those four."""
+    result = gspo.subprocess("compare", "preset=mismatch", *TINY, "seed=0", "train.steps=1", "train.eval_every=0",
+                             "logger.progress=false", f"output_dir={tmp_path / 'runs'}", "hydra.sweep.dir=sw",
+                             cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in sorted((tmp_path / "runs").iterdir())]
+    arms = {(c["algo"]["name"], c["algo"]["old_logp_source"], c["rollout"]["dtype"]) for c in cfgs}
+    assert arms == {(a, s, "bfloat16") for a in ("grpo", "gspo") for s in ("recompute", "engine")}
+    assert all(any(t.startswith("algo.old_logp_source=") for t in c["logger"]["tags"]) for c in cfgs)
+    report = (tmp_path / "sw" / "report" / "report.md").read_text()
+    assert "gspo compare preset=mismatch" in report
