@@ -41,7 +41,7 @@ def _code_rows(tmp: Path) -> Path:
 
 # (id, overrides, words the error line must contain, gets past config composition)
 CASES = [
-    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, gspo, gspo_token"], False),
+    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token"], False),
     ("unknown-group", ["optimizer=adam"], ["optimizer"], False),
     ("unknown-key", ["train.stepz=1"], ["train.stepz"], False),
     ("wrong-type", ["train.steps=abc"], ["train.steps", "abc"], False),
