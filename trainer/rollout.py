@@ -140,54 +140,42 @@ class HFEngine:
                 max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """The lean sampling loop: [N, P] left-padded prompts -> completion ids [N, T] (pad after a row's
         eos; T <= max_new_tokens, shorter when every row ended), and unless `greedy` the chosen tokens'
-        log-probs [N, T] and the entropies [N, T] of the sampling distribution (0 after a row's eos).
-
-        A row that has drawn its eos leaves the batch (its KV cache rows too), so the rest decode without
-        it; `generate` keeps computing ended rows to the end. Each row's draws come from the same
-        distribution either way; which random numbers they use differs once a row has left. Like
-        `generate`, one host sync per token (has any row ended?)."""
-        n, device = input_ids.shape[0], input_ids.device
+        log-probs [N, T] and the entropies [N, T] of the sampling distribution. Like `generate`, ended rows
+        keep their place (so the draws are generate's, token for token, on the same seed), and it checks
+        once per token whether every row has ended (one host sync per token)."""
+        n = input_ids.shape[0]
         pad = self.tokenizer.pad_token_id
-        eos = torch.tensor(self.eos_ids, device=device)
+        eos = torch.tensor(self.eos_ids, device=input_ids.device)
         position = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         position = position[:, -1:]
-        tokens = torch.full((n, max_new_tokens), pad, dtype=input_ids.dtype, device=device)
-        logps = torch.zeros(n, max_new_tokens, device=device)
-        ents = torch.zeros(n, max_new_tokens, device=device)
-        rows = torch.arange(n, device=device)  # the rows still decoding, in the batch's order
-        width = max_new_tokens
+        ones = attention_mask.new_ones(n, 1)
+        done = torch.zeros(n, dtype=torch.bool, device=input_ids.device)
+        tokens, logps, ents = [], [], []
         for t in range(max_new_tokens):
-            logits = sampling_logits(out.logits[:, -1].float(), self.temperature, self.top_p)  # [A, V]
+            logits = sampling_logits(out.logits[:, -1].float(), self.temperature, self.top_p)  # [N, V]
             if greedy:
                 token = logits.argmax(-1)
             else:
                 probs, logp = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
                 token = torch.multinomial(probs, num_samples=1).squeeze(1)  # as generate draws it
-                logps[rows, t] = logp.gather(-1, token.unsqueeze(-1)).squeeze(-1)
-                ents[rows, t] = -(probs * logp).sum(-1)
-            tokens[rows, t] = token
-            if t + 1 == max_new_tokens:
+                logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+                ents.append(-(probs * logp).sum(-1))
+            token = token.masked_fill(done, pad)
+            tokens.append(token)
+            done = done | torch.isin(token, eos)
+            if t + 1 == max_new_tokens or bool(done.all()):
                 break
-            going = ~torch.isin(token, eos)
-            if not bool(going.all()):
-                if not bool(going.any()):
-                    width = t + 1
-                    break
-                keep = going.nonzero().squeeze(1)
-                rows, token, position = rows[keep], token[keep], position[keep]
-                attention_mask = attention_mask[keep]
-                cache.reorder_cache(keep)
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(rows), 1)], dim=1)
+            attention_mask = torch.cat([attention_mask, ones], dim=1)
             position = position + 1
             out = self.model(input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=position,
                              past_key_values=cache, use_cache=True)
-        completion = tokens[:, :width]
+        completion = torch.stack(tokens, dim=1)
         if greedy:
             return completion, None, None
-        return completion, logps[:, :width], ents[:, :width]
+        return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
 
 
 def _neutral_config(**values) -> GenerationConfig:
