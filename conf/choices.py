@@ -21,11 +21,12 @@ ADVANTAGES = ("group", "step")  # advantage estimators registered in gspo.algos.
 CHOICES: dict[str, tuple[str, ...]] = {
     "algo.advantage": ADVANTAGES,
     "algo.adv_scale": ("std", "none"),
-    "algo.old_logp_source": ("recompute", "engine"),
+    "algo.old_logp_source": ("auto", "recompute", "engine"),
     "algo.options.aggregation": AGGREGATIONS,
     "model.dtype": ("float32", "bfloat16", "float16"),
     "rollout.engine": ("hf", "vllm"),
     "rollout.dtype": ("auto", "bfloat16", "float16"),
+    "rollout.sampler": ("lean", "generate"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
     "train.lr_schedule": ("constant", "linear", "cosine"),
     "train.on_nonfinite": ("stop", "skip"),

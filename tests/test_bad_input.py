@@ -41,7 +41,7 @@ def _code_rows(tmp: Path) -> Path:
 
 # (id, overrides, words the error line must contain, gets past config composition)
 CASES = [
-    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, gspo, gspo_token"], False),
+    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token"], False),
     ("unknown-group", ["optimizer=adam"], ["optimizer"], False),
     ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", "grpo, gspo, gspo_token", "did you mean gspo?"], False),
     ("aggregation-typo", ["algo=grpo", "algo.options.aggregation=tokn_mean"],
@@ -68,6 +68,9 @@ CASES = [
     ("output-dir-cannot-be-made", ["output_dir=/proc/gspo-runs"], ["/proc/gspo-runs", "cannot create"], True),
     ("latin1-task-file", ["task=math", "task.dataset={tmp}/latin1.jsonl"], ["latin1.jsonl", "not UTF-8"], True),
     ("resume-changes-the-run", ["resume=results/runs/done", "train.lr=1"], ["train.lr", "keeps its own config"], False),
+    ("sampler-name", ["rollout.sampler=fast"], ["rollout.sampler='fast'", "lean, generate"], False),
+    ("old-logp-source", ["algo.old_logp_source=cache"], ["algo.old_logp_source='cache'", "auto, recompute, engine"],
+     False),
     ("precision-name", ["train.precision=fp8"], ["train.precision='fp8'", "auto, fp32, bf16, fp16"], False),
     ("fp32-on-bf16-weights", ["model.dtype=bfloat16", "train.precision=fp32"], ["train.precision=fp32", "bfloat16"],
      True),

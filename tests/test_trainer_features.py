@@ -117,6 +117,23 @@ def test_engine_logprobs_are_the_old_logprobs_and_the_mismatch_is_logged(gspo, t
         assert row["ratio/token_min"] == pytest.approx(1.0, abs=1e-5) and row["ratio/token_max"] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_auto_old_logprobs_are_the_samplers_and_agree_with_a_recompute(gspo, tmp_path, monkeypatch):
+    """algo.old_logp_source=auto (the default) on the fp32 tiny model takes the old log-probs and the
+    entropy from the lean sampler, with no scoring forward; with one minibatch the update's ratios are then
+    exp(trainer - sampler) = 1 to fp32 tolerance, and the logged entropy is the recompute's."""
+    scored: list = []
+    _spy(monkeypatch, loop, "_score", scored, lambda *a, **k: True)
+    auto = _rows(gspo.train(tmp_path, "auto", *ONE_STEP, "train.minibatches=1") / "metrics.jsonl")[1]
+    assert scored == []
+    recompute = _rows(gspo.train(tmp_path, "recompute", *ONE_STEP, "train.minibatches=1",
+                                 "algo.old_logp_source=recompute") / "metrics.jsonl")[1]
+    assert scored == [True]
+    assert auto["ratio/token_min"] == pytest.approx(1.0, abs=1e-5)
+    assert auto["ratio/token_max"] == pytest.approx(1.0, abs=1e-5)
+    assert auto["policy/entropy"] == pytest.approx(recompute["policy/entropy"], abs=1e-5)
+    assert auto["reward/mean"] == recompute["reward/mean"]  # same draws
+
+
 def test_chat_template_wraps_training_and_eval_prompts(gspo, tmp_path, monkeypatch):
     """model.chat_template=true sends prompts through the tokenizer's template (here one that appends
     '|' after the user's text) for rollouts and for the held-out eval."""

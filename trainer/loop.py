@@ -30,7 +30,7 @@ from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
-from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.logprobs import compile_body, completion_logprobs
 from gspo.trainer.lora import adapters_disabled
 from gspo.trainer.models import pick_device
 from gspo.trainer.moe import RoutingRecorder, find_routers
@@ -76,6 +76,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
     model.to(device)
+    if cfg.train.compile:
+        compile_body(model)
     precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
@@ -192,6 +194,7 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
     items = task.train_items(seed=cfg.seed, step=step, n=t.prompts_per_step)
     prompts = format_prompts(engine.tokenizer, items, chat=cfg.model.chat_template, repeat=G)
     rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout")).to(precision.device)
+    t_gen = time.perf_counter()
     golds = [it.gold for it in items for _ in range(G)]
     rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
     t1 = time.perf_counter()
@@ -199,7 +202,8 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
         check_finite("reward", rewards)
         advantages = rollout_advantages(cfg.algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
                                         rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
-        old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
+        sampled = _sampler_scores(cfg, precision, rollout, routing)
+        old_logp, entropy = sampled or _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
         ref_logp = None
         if ref_model is not None:
             with adapters_disabled(ref_model):
@@ -208,6 +212,7 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
         batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
                       ref_logp, lengths, routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
+        t_scored = time.perf_counter()
         metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
                                  rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle"),
                                  undoable=t.on_nonfinite == "skip"))
@@ -232,13 +237,28 @@ def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
         "time/rollout_s": t1 - t0,
         "time/update_s": t2 - t1,
         "time/step_s": t2 - t0,
+        # the split of the step: sampling, grading, old (and reference) log-probs, the optimizer updates
+        "time/generate_s": t_gen - t0,
+        "time/grade_s": t1 - t_gen,
+        "time/old_logp_s": t_scored - t1,
+        "time/updates_s": t2 - t_scored,
         "throughput/tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
     }
-    if rollout.engine_logp is not None:
+    if cfg.algo.old_logp_source == "engine" and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=mask,
                                         clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high))
     loggers.samples(_samples(step, prompts, rollout, rewards, golds, cfg.logger.samples_per_step))
     return row
+
+
+def _sampler_scores(cfg, precision: Precision, rollout: Rollout, routing: RoutingRecorder | None):
+    """(old log-probs, entropy) [N, T] as the sampler computed them while it drew the tokens, where that is
+    the old policy's own to fp tolerance (algo.old_logp_source=auto): the lean hf sampler on the trained
+    model, sampling and scoring both in fp32, and no MoE routers to record. None: score with a forward."""
+    exact = (cfg.algo.old_logp_source == "auto" and rollout.engine_entropy is not None
+             and cfg.rollout.engine == "hf" and cfg.rollout.sampler == "lean" and cfg.rollout.dtype == "auto"
+             and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
+    return (rollout.engine_logp, rollout.engine_entropy) if exact else None
 
 
 @torch.no_grad()
