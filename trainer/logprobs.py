@@ -83,7 +83,9 @@ def completion_logprobs(
     (detached), both of the sampling distribution: temperature, then the top-p nucleus.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    body = _COMPILED.get(model) or _decoder(model)
+    body = _COMPILED.get(model)  # not `or`: a compiled module has no truth value (len() raises)
+    if body is None:
+        body = _decoder(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
     # the token at position j is predicted from the hidden state at j - 1
     h = hidden[:, -n_completion - 1 : -1, :]  # [N, T, H]
