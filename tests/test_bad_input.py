@@ -41,7 +41,7 @@ def _code_rows(tmp: Path) -> Path:
 
 # (id, overrides, words the error line must contain, gets past config composition)
 CASES = [
-    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token"], False),
+    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token, gspo_token_step"], False),
     ("unknown-group", ["optimizer=adam"], ["optimizer"], False),
     ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", "grpo, gspo, gspo_token", "did you mean gspo?"], False),
     ("aggregation-typo", ["algo=grpo", "algo.options.aggregation=tokn_mean"],
