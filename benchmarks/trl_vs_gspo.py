@@ -157,35 +157,25 @@ def run_trl(args, work: dict) -> dict:
         importance_sampling_level="sequence" if args.algo == "gspo" else "token", log_completions=False,
     )
 
-    class Timed(GRPOTrainer):
-        def _generate(self, prompts):
+    def timed(method: str, phase: str, only=lambda: True):
+        """Wrap GRPOTrainer.<method> so its wall time adds to timers[phase] (when `only()` holds after it)."""
+        def wrapper(self, *a, **k):
             t0 = time.perf_counter()
             try:
-                return super()._generate(prompts)
+                return getattr(GRPOTrainer, method)(self, *a, **k)
             finally:
-                timers["generation"] += time.perf_counter() - t0
+                if only():
+                    timers[phase] = timers.get(phase, 0.0) + time.perf_counter() - t0
+        return wrapper
 
-        def _calculate_rewards(self, *a, **k):
-            t0 = time.perf_counter()
-            try:
-                return super()._calculate_rewards(*a, **k)
-            finally:
-                timers["grading"] += time.perf_counter() - t0
-
-        def _get_per_token_logps_and_entropies(self, *a, **k):
-            t0 = time.perf_counter()
-            try:
-                return super()._get_per_token_logps_and_entropies(*a, **k)
-            finally:
-                if not torch.is_grad_enabled():  # the old-log-prob pass; with grad it is the update's
-                    timers["old_logp"] += time.perf_counter() - t0
-
-        def _generate_and_score_completions(self, *a, **k):
-            t0 = time.perf_counter()
-            try:
-                return super()._generate_and_score_completions(*a, **k)
-            finally:
-                timers["scoring"] = timers.get("scoring", 0.0) + time.perf_counter() - t0
+    Timed = type("Timed", (GRPOTrainer,), {
+        "_generate": timed("_generate", "generation"),
+        "_calculate_rewards": timed("_calculate_rewards", "grading"),
+        # without grad it is the old-log-prob pass; with grad it is the update's forward
+        "_get_per_token_logps_and_entropies": timed("_get_per_token_logps_and_entropies", "old_logp",
+                                                    only=lambda: not torch.is_grad_enabled()),
+        "_generate_and_score_completions": timed("_generate_and_score_completions", "scoring"),
+    })
 
     batches: list[dict] = []
 
