@@ -22,15 +22,16 @@ from omegaconf.errors import OmegaConfBaseException
 from gspo.conf.choices import check_choices
 from gspo.conf.errors import GspoError
 from gspo.conf.ranges import check_numbers
-from gspo.conf.resume import expand_resume_dir, resume_config
+from gspo.conf.resume import eval_run_config, expand_resume_dir, resume_config
 from gspo.conf.schema import Config, register_configs
 
 GROUPS = ("algo", "model", "task", "rollout", "logger")
 
 
-def compose_config(overrides: list[str] | None = None) -> DictConfig:
+def compose_config(overrides: list[str] | None = None, *, command: str = "train") -> DictConfig:
     """The resolved config for `overrides` (Hydra syntax: `algo=grpo train.steps=5`); with `resume=true`
-    (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make."""
+    (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make. `command`
+    "eval": with `eval.run=<run dir>`, that run's saved config with the eval's overrides (run_config)."""
     overrides = expand_resume_dir(list(overrides or []))
     register_configs()
     GlobalHydra.instance().clear()
@@ -45,12 +46,22 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
         _check_schema(cfg)
         if cfg.resume:
             cfg = resume_config(cfg, overrides)
+        cfg = run_config(cfg, overrides, command)
     except (MissingConfigException, ConfigCompositionException, HydraException, OmegaConfBaseException) as e:
         raise GspoError(_one_line(e)) from None
     finally:
         GlobalHydra.instance().clear()
     validate_config(cfg, algorithms)
     return cfg
+
+
+def run_config(cfg: DictConfig, overrides: list[str], command: str) -> DictConfig:
+    """`eval.run` belongs to `gspo eval`, where it swaps in the run's own config (conf/resume.py)."""
+    if cfg.eval.run is None:
+        return cfg
+    if command != "eval":
+        raise GspoError(f"eval.run={cfg.eval.run} names a run for gspo eval; gspo {command} does not read it")
+    return eval_run_config(cfg, overrides)
 
 
 def _algorithm_names(sources=None) -> list[str]:

@@ -166,13 +166,16 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    benches: list[str] = field(default_factory=list)  # extra benchmarks during training: aime24, livecodebench, ...
+    benches: list[str] = field(default_factory=list)  # benchmarks of gspo eval, and extra ones during training: arith, aime24, livecodebench, codeforces
     k: int = 1  # samples per problem
     limit: int | None = None  # problems per benchmark
+    greedy: bool = False  # decode the benchmarks greedily (temperature 0) instead of sampling at rollout.temperature
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     workers: int = 2  # grading processes
     paths: dict[str, str] = field(default_factory=dict)  # bench -> local file overriding the hub id
     weak_sandbox: bool = False  # run model-written code without strong isolation (as GSPO_SANDBOX_WEAK=1)
+    run: str | None = None  # gspo eval: a run directory; its latest checkpoint is evaluated under the run's own config
+    output: str | None = None  # gspo eval without eval.run: where evals.jsonl goes; None: results/evals/<time>-<model>
 
 
 @dataclass

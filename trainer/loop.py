@@ -11,7 +11,6 @@ Every random draw derives from (seed, step), so a resumed run continues as an un
 from __future__ import annotations
 
 import copy
-import hashlib
 import signal
 import time
 from contextlib import nullcontext
@@ -23,11 +22,10 @@ from omegaconf import OmegaConf
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
-from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.engines import make_engine, require_engine
-from gspo.trainer.evaluate import eval_benchmarks, eval_task, task_eval_rows
+from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import compile_body, completion_logprobs
@@ -39,21 +37,18 @@ from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
+from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
 from gspo.trainer.task_types import Item, Task
 from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, to_host, update
 
 
-def step_seed(seed: int, step: int, salt: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}:{step}:{salt}".encode()).digest()[:4], "little")
-
-
 def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     check_algorithm(cfg.algo, task)
-    benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
+    benches = load_benches(cfg)
     device = pick_device(cfg.device)
     precision_name = checked_precision(cfg, device)
     require_engine(cfg.rollout)
@@ -291,17 +286,13 @@ def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int) -> list[di
 
 def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Loggers, log) -> dict:
     """Held-out accuracy of the task (sampled at the training temperature, and greedy), then any
-    configured benchmarks (`eval.benches`) through the same code as `gspo eval`."""
-    seed = step_seed(cfg.seed, step, "eval")
+    configured benchmarks (`eval.benches`) through the same function as `gspo eval`."""
     prompts = format_prompts(engine.tokenizer, task.eval_items, chat=cfg.model.chat_template)
-    how = {"step": step, "model": cfg.model.name, "top_p": cfg.rollout.top_p}
-    task_metrics = eval_task(engine, task, prompts, seed=seed, greedy=cfg.train.eval_greedy)
+    task_metrics = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy)
     loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
-                                 max_new_tokens=cfg.rollout.max_new_tokens, **how))
-    bench_metrics, rows, samples = eval_benchmarks(
-        engine, benches, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
-        max_new_tokens=cfg.eval.max_new_tokens, how={**how, "temperature": cfg.rollout.temperature,
-                                                     "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens})
+                                 max_new_tokens=cfg.rollout.max_new_tokens, step=step, model=cfg.model.name,
+                                 top_p=cfg.rollout.top_p))
+    bench_metrics, rows, samples = eval_benchmarks(cfg, engine, benches, step)
     loggers.evals(rows, samples)
     results = {task.name: task_metrics, **bench_metrics}
     row = {}
