@@ -76,7 +76,7 @@ def run_gspo(args, work: dict) -> dict:
     torch.set_num_threads(args.threads)
     from gspo.conf.compose import compose_config
     from gspo.trainer.engines import make_engine
-    from gspo.trainer.loop import format_prompts, train_step
+    from gspo.trainer.loop import Optim, Policy, StepConfig, format_prompts, train_step
     from gspo.trainer.models import load_pretrained
     from gspo.trainer.precision import Precision
     from gspo.trainer.state import make_optimizer
@@ -100,7 +100,8 @@ def run_gspo(args, work: dict) -> dict:
     for step in range(1, args.warmup + args.batches + 1):
         items = task.train_items(seed=cfg.seed, step=step, n=args.prompts)
         t0, c0 = time.perf_counter(), time.process_time()
-        row = train_step(cfg, step, model, None, engine, task, (precision, optimizer, scheduler), NoSamples())
+        row = train_step(step, StepConfig.of(cfg), Policy(model, None, engine), Optim(precision, optimizer, scheduler), task,
+                         NoSamples())
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         split = {"generation": row["time/generate_s"], "grading": row["time/grade_s"],
                  "old_logp": row["time/old_logp_s"], "update": row["time/updates_s"]}
@@ -110,7 +111,7 @@ def run_gspo(args, work: dict) -> dict:
                         "tokens": row["completion/len_mean"] * args.prompts * args.group,
                         "len_mean": row["completion/len_mean"], "reward": row["reward/mean"]})
     config = {"algo": cfg.algo.name, "clip": [cfg.algo.clip_low, cfg.algo.clip_high],
-              "aggregation": cfg.algo.aggregation, "adv": f"(r - mean) / (std + {cfg.algo.adv_eps})",
+              "aggregation": cfg.algo.options.get("aggregation", "sequence mean (GSPO)"), "adv": f"(r - mean) / (std + {cfg.algo.adv_eps})",
               "kl_beta": cfg.algo.kl_beta, "old_logp": cfg.algo.old_logp_source,
               "minibatches": cfg.train.minibatches, "epochs": cfg.train.epochs, "lr": cfg.train.lr,
               "betas": list(cfg.train.adam_betas), "max_grad_norm": cfg.train.max_grad_norm,

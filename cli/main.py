@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import typer
 
 from gspo.cli.compare import compare_cmd
+from gspo.cli.errors import one_line_errors
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
 from gspo.conf.errors import GspoError
@@ -181,10 +182,8 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()  # weight loading/saving bars would bury the run's own progress
     try:
-        app()
-    except GspoError as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        with one_line_errors():
+            app()
     except KeyboardInterrupt:
         typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
         sys.exit(130)

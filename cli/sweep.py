@@ -27,7 +27,8 @@ import typer
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from gspo.conf import GspoError, validate_config
+from gspo.cli.errors import one_line_errors
+from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
@@ -107,7 +108,7 @@ def _job(cfg: DictConfig) -> float:
 
     hc = HydraConfig.get()
     command = os.environ.get("GSPO_COMMAND", "train")
-    try:
+    with one_line_errors():
         cfg = run_config(cfg, list(hc.overrides.task), command)
         validate_config(cfg)
         if command == "eval":
@@ -124,9 +125,6 @@ def _job(cfg: DictConfig) -> float:
         train(cfg, log=lambda m: typer.echo(m, err=True))
         _record(hc, record | {"ended": time.time()})
         return run_value(load_run(run_dir), cfg.objective or f"eval/{cfg.task.name}/accuracy", "final")
-    except GspoError as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(2)
 
 
 def _eval_job(cfg: DictConfig, hc) -> float:

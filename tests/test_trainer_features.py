@@ -122,7 +122,7 @@ def test_auto_old_logprobs_are_the_samplers_and_agree_with_a_recompute(gspo, tmp
     entropy from the lean sampler, with no scoring forward; with one minibatch the update's ratios are then
     exp(trainer - sampler) = 1 to fp32 tolerance, and the logged entropy is the recompute's."""
     scored: list = []
-    _spy(monkeypatch, loop, "_score", scored, lambda *a, **k: True)
+    _spy(monkeypatch, update_module, "score", scored, lambda *a, **k: True)
     auto = _rows(gspo.train(tmp_path, "auto", *ONE_STEP, "train.minibatches=1") / "metrics.jsonl")[1]
     assert scored == []
     recompute = _rows(gspo.train(tmp_path, "recompute", *ONE_STEP, "train.minibatches=1",

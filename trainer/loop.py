@@ -13,8 +13,9 @@ from __future__ import annotations
 import copy
 import signal
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -28,8 +29,7 @@ from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
-from gspo.trainer.logprobs import compile_body, completion_logprobs
-from gspo.trainer.lora import adapters_disabled
+from gspo.trainer.logprobs import compile_body
 from gspo.trainer.models import pick_device
 from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
@@ -41,7 +41,7 @@ from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
 from gspo.trainer.task_types import Item, Task
 from gspo.trainer.tasks import build_task
-from gspo.trainer.update import Batch, to_host, update
+from gspo.trainer.update import Batch, old_logprobs, to_host, update
 
 
 def train(cfg, log=print) -> Path:
@@ -88,6 +88,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None)
         routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
         collapse = _collapse_detector(cfg, task, run)
+        conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
+        optim = Optim(precision, optimizer, scheduler)
         if start == 0:
             row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
             loggers.metrics(0, row0)
@@ -96,8 +98,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
                 try:
-                    row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler),
-                                     loggers, routing)
+                    row = train_step(step, conf, policy, optim, task, loggers)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
@@ -179,101 +180,106 @@ def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1)
     return [t for t in texts for _ in range(repeat)]
 
 
-def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
-               routing: RoutingRecorder | None = None) -> dict:
-    """One rollout batch and its updates; returns the step's metrics row. `optim`: (precision, optimizer,
-    scheduler). Every tensor lives on the model's device; the vLLM engine's CPU rollout is moved there once."""
-    precision, optimizer, scheduler = optim
+@dataclass(frozen=True)
+class StepConfig:
+    """The parts of the config one step reads (the config's own typed nodes: algo, train, rollout)."""
+
+    algo: Any
+    train: Any
+    sampling: Any  # cfg.rollout
+    seed: int
+    chat: bool  # model.chat_template
+    samples_per_step: int  # logger.samples_per_step
+
+    @classmethod
+    def of(cls, cfg) -> StepConfig:
+        return cls(cfg.algo, cfg.train, cfg.rollout, cfg.seed, cfg.model.chat_template, cfg.logger.samples_per_step)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a step samples from and updates: the model, its frozen reference (None: no KL term), the
+    rollout engine and, on MoE models, the routing recorder."""
+
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None
+    engine: Any
+    routing: RoutingRecorder | None = None
+
+
+@dataclass(frozen=True)
+class Optim:
+    precision: Precision
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+
+
+def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: Task, loggers) -> dict:
+    """One rollout batch and its updates; returns the step's metrics row. Every tensor lives on the model's
+    device; the vLLM engine's CPU rollout is moved there once."""
+    precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
     t0 = time.perf_counter()
-    t, G = cfg.train, cfg.train.group_size
-    items = task.train_items(seed=cfg.seed, step=step, n=t.prompts_per_step)
-    prompts = format_prompts(engine.tokenizer, items, chat=cfg.model.chat_template, repeat=G)
-    rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout")).to(precision.device)
+    items = task.train_items(seed=conf.seed, step=step, n=conf.train.prompts_per_step)
+    prompts = format_prompts(engine.tokenizer, items, chat=conf.chat, repeat=G)
+    rollout = engine.generate(prompts, seed=step_seed(conf.seed, step, "rollout")).to(precision.device)
     t_gen = time.perf_counter()
     golds = [it.gold for it in items for _ in range(G)]
     rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
-        advantages = rollout_advantages(cfg.algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
+        advantages = rollout_advantages(algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
                                         rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
-        sampled = _sampler_scores(cfg, precision, rollout, routing)
-        old_logp, entropy = sampled or _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
-        ref_logp = None
-        if ref_model is not None:
-            with adapters_disabled(ref_model):
-                ref_logp = _score(ref_model, rollout, cfg, precision)[0]
+        old_logp, entropy, ref_logp = old_logprobs(policy.model, policy.ref_model, rollout, precision=precision,
+                                                   algo=algo, train=conf.train, sampling=conf.sampling,
+                                                   routing=policy.routing)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
-        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
-                      ref_logp, lengths, routing)
+        batch = Batch(rollout, advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp,
+                      ref_logp, lengths, policy.routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
-        metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
-                                 rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle"),
-                                 undoable=t.on_nonfinite == "skip"))
+        metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
+                                 train=conf.train, rollout=conf.sampling, seed=step_seed(conf.seed, step, "shuffle"),
+                                 undoable=conf.train.on_nonfinite == "skip"))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise
     finally:
-        engine.sync_weights(model)
+        engine.sync_weights(policy.model)
     t2 = time.perf_counter()
+    times = {"generate": t_gen - t0, "grade": t1 - t_gen, "old_logp": t_scored - t1, "updates": t2 - t_scored}
+    row = step_row(task.name, G, rewards, rollout, entropy, metrics, times)
+    if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
+        row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
+                                        clip_low=algo.clip_low, clip_high=algo.clip_high))
+    loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step))
+    return row
+
+
+def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy, update_metrics: dict,
+             times: dict[str, float]) -> dict:
+    """A step's metrics row: rewards, completion lengths, the policy's entropy, the update's metrics and
+    the step's timings (`times`: seconds of generate, grade, old_logp, updates), read to the host here."""
     mask = rollout.completion_mask
     lengths = mask.sum(-1)
-    row = {
+    step_s = sum(times.values())
+    return {
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item(),
-        f"reward/{task.name}": rewards.mean().item(),
-        "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, G).item(),
+        f"reward/{task_name}": rewards.mean().item(),
+        "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, group_size).item(),
         "completion/len_mean": lengths.mean().item(),
         "completion/len_max": lengths.max().item(),
         "completion/truncated_frac": rollout.truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
-        **metrics,
-        "time/rollout_s": t1 - t0,
-        "time/update_s": t2 - t1,
-        "time/step_s": t2 - t0,
+        **update_metrics,
+        "time/rollout_s": times["generate"] + times["grade"],
+        "time/update_s": times["old_logp"] + times["updates"],
+        "time/step_s": step_s,
         # the split of the step: sampling, grading, old (and reference) log-probs, the optimizer updates
-        "time/generate_s": t_gen - t0,
-        "time/grade_s": t1 - t_gen,
-        "time/old_logp_s": t_scored - t1,
-        "time/updates_s": t2 - t_scored,
-        "throughput/tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
+        **{f"time/{k}_s": v for k, v in times.items()},
+        "throughput/tokens_per_s": lengths.sum().item() / max(step_s, 1e-9),
     }
-    if cfg.algo.old_logp_source == "engine" and rollout.engine_logp is not None:
-        row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=mask,
-                                        clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, rewards, golds, cfg.logger.samples_per_step))
-    return row
-
-
-def _sampler_scores(cfg, precision: Precision, rollout: Rollout, routing: RoutingRecorder | None):
-    """(old log-probs, entropy) [N, T] as the sampler computed them while it drew the tokens, where that is
-    the old policy's own to fp tolerance (algo.old_logp_source=auto): the lean hf sampler on the trained
-    model, sampling and scoring both in fp32, and no MoE routers to record. None: score with a forward."""
-    exact = (cfg.algo.old_logp_source == "auto" and rollout.engine_entropy is not None
-             and cfg.rollout.engine == "hf" and cfg.rollout.sampler == "lean" and cfg.rollout.dtype == "auto"
-             and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
-    return (rollout.engine_logp, rollout.engine_entropy) if exact else None
-
-
-@torch.no_grad()
-def _score(model, rollout: Rollout, cfg, precision: Precision, *, with_entropy: bool = False,
-           routing: RoutingRecorder | None = None):
-    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory; with
-    `routing`, the experts each token was sent to are recorded for the update (MoE models)."""
-    rows = cfg.train.micro_batch_size or max(1, rollout.input_ids.shape[0] // cfg.train.minibatches)
-    if routing is not None:
-        routing.start_batch(rollout.attention_mask)
-    logps, ents = [], []
-    for s in range(0, rollout.input_ids.shape[0], rows):
-        with precision.autocast(), routing.recording(slice(s, s + rows)) if routing is not None else nullcontext():
-            lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
-                                          rollout.n_completion, temperature=cfg.rollout.temperature,
-                                          top_p=cfg.rollout.top_p, chunk=cfg.train.logprob_chunk,
-                                          with_entropy=with_entropy)
-        logps.append(lp * rollout.completion_mask[s : s + rows])
-        ents.append(ent)
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
 
 
 def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int) -> list[dict]:

@@ -17,6 +17,7 @@ the same function.
 from __future__ import annotations
 
 import copy
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,7 @@ from gspo.algos import policy_loss, ratio_diagnostics
 from gspo.algos.registry import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
 from gspo.trainer.guards import NonFinite
 from gspo.trainer.logprobs import completion_logprobs
+from gspo.trainer.lora import adapters_disabled
 from gspo.trainer.moe import RoutingRecorder
 from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
@@ -210,3 +212,48 @@ def to_host(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
     step (a length bucket with under 2 values) and is left out; any other NaN is kept, it is news."""
     values = torch.stack([v.float() for v in metrics.values()]).tolist() if metrics else []
     return {k: v for k, v in zip(metrics, values, strict=True) if not (k.startswith("diag/") and v != v)}
+
+
+def old_logprobs(model, ref_model, rollout: Rollout, *, precision: Precision, algo, train, sampling,
+                 routing: RoutingRecorder | None = None):
+    """(old log-probs, entropy, reference log-probs or None) [N, T] of a rollout batch, before its updates:
+    the sampler's own where they are the old policy's to fp tolerance (`sampler_scores`), else a scoring
+    forward (which records the MoE routing for replay); the reference model's when there is one."""
+    old_logp, entropy = (sampler_scores(algo, sampling, precision, rollout, routing)
+                         or score(model, rollout, precision=precision, train=train, sampling=sampling,
+                                  with_entropy=True, routing=routing))
+    ref_logp = None
+    if ref_model is not None:
+        with adapters_disabled(ref_model):
+            ref_logp = score(ref_model, rollout, precision=precision, train=train, sampling=sampling)[0]
+    return old_logp, entropy, ref_logp
+
+
+def sampler_scores(algo, sampling, precision: Precision, rollout: Rollout, routing: RoutingRecorder | None):
+    """(old log-probs, entropy) [N, T] as the sampler computed them while it drew the tokens, where that is
+    the old policy's own to fp tolerance (algo.old_logp_source=auto): the lean hf sampler on the trained
+    model, sampling and scoring both in fp32, and no MoE routers to record. None: score with a forward."""
+    exact = (algo.old_logp_source == "auto" and rollout.engine_entropy is not None
+             and sampling.engine == "hf" and sampling.sampler == "lean" and sampling.dtype == "auto"
+             and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
+    return (rollout.engine_logp, rollout.engine_entropy) if exact else None
+
+
+@torch.no_grad()
+def score(model, rollout: Rollout, *, precision: Precision, train, sampling, with_entropy: bool = False,
+          routing: RoutingRecorder | None = None):
+    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks of a micro-batch (or a
+    minibatch) to bound memory; with `routing`, the experts each token was sent to are recorded for the
+    update (MoE models). `train`, `sampling`: the config's train and rollout nodes."""
+    rows = train.micro_batch_size or max(1, rollout.input_ids.shape[0] // train.minibatches)
+    if routing is not None:
+        routing.start_batch(rollout.attention_mask)
+    logps, ents = [], []
+    for s in range(0, rollout.input_ids.shape[0], rows):
+        with precision.autocast(), routing.recording(slice(s, s + rows)) if routing is not None else nullcontext():
+            lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
+                                          rollout.n_completion, temperature=sampling.temperature,
+                                          top_p=sampling.top_p, chunk=train.logprob_chunk, with_entropy=with_entropy)
+        logps.append(lp * rollout.completion_mask[s : s + rows])
+        ents.append(ent)
+    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
