@@ -5,29 +5,46 @@
     loss, metrics = policy_loss("gspo", logp=logp, old_logp=old_logp, advantages=adv, mask=mask,
                                 clip_low=3e-4, clip_high=4e-4)
 
-Options (keyword, all algorithms): aggregation, max_len, ref_logp, kl_beta, seq_denominator,
-token_denominator; an unknown option raises TypeError. Metrics are detached 0-dim tensors named as
-in DESIGN.md ("clip/token_frac", "ratio/seq_mean", "policy/kl_old", "loss/policy", ...).
+Each algorithm registers its loss with its own options (a dataclass: GRPO's aggregation) and how each
+of its metrics reduces over micro-batches (registry.REDUCTIONS); the trainer's context (ref_logp,
+kl_beta, seq_denominator, token_denominator, max_len) goes to the losses that declare it; an unknown
+option raises TypeError. Metrics are detached 0-dim tensors named as in DESIGN.md ("clip/token_frac",
+"ratio/seq_mean", "policy/kl_old", "loss/policy", ...). Advantage estimators: `estimate(name, ...)`,
+"group" ([N]) or "step" (per-token credit from graded steps, [N, T]).
 This package imports nothing else of gspo's.
 """
 
 from . import grpo, gspo, gspo_token  # noqa: F401  (each module registers its algorithm)
-from .advantages import frac_zero_std_groups, group_advantages
-from .common import AGGREGATIONS, MAX_LOG_RATIO
+from .advantages import (
+    ESTIMATORS,
+    estimate,
+    frac_zero_std_groups,
+    get_estimator,
+    group_advantages,
+    step_advantages,
+)
+from .common import AGGREGATIONS, MAX_LOG_RATIO, STANDARD_METRICS
 from .diagnostics import mismatch_metrics, ratio_diagnostics
-from .registry import ALGOS, available, get, option_names, policy_loss, register
+from .registry import ALGOS, REDUCTIONS, Algorithm, available, get, option_names, policy_loss, register
 
 __all__ = [
     "AGGREGATIONS",
     "ALGOS",
+    "ESTIMATORS",
     "MAX_LOG_RATIO",
+    "REDUCTIONS",
+    "STANDARD_METRICS",
+    "Algorithm",
     "available",
+    "estimate",
     "frac_zero_std_groups",
     "get",
+    "get_estimator",
     "group_advantages",
     "mismatch_metrics",
     "option_names",
     "policy_loss",
     "ratio_diagnostics",
     "register",
+    "step_advantages",
 ]

@@ -10,9 +10,16 @@ Departures and choices:
   exactly 0.1) and never NaN; `frac_zero_std_groups` reports how many such groups a batch had.
 - scale="none" skips the std division (Dr. GRPO, arXiv 2503.20783): A_i = r_i - mean.
 - G < 2 is rejected: a group of one has no baseline and no sample std.
+
+Estimators, by the name `algo.advantage` gives (ESTIMATORS): "group" (the above, one value per
+sequence) and "step" (`step_advantages`: per-token credit from graded scratchpad steps, for algorithms
+that take token advantages, i.e. GSPO-token).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -63,3 +70,82 @@ def frac_zero_std_groups(rewards: Tensor, group_size: int) -> Tensor:
     """Share of groups whose rewards are all equal (metric reward/frac_zero_std_groups), 0-dim."""
     grouped = _grouped(rewards, group_size)
     return _constant_groups(grouped).to(grouped.dtype).mean()
+
+
+def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *, eps: float = 1e-6,
+                    scale: str = "std") -> Tensor:
+    """Per-token advantages [N, T] from per-step rewards: process supervision (DeepSeekMath, arXiv
+    2402.03300, sec. 4.1.3), the credit the `step` estimator gives each token.
+
+    step_rewards: [N, T], the reward of a step placed on its last token (0 elsewhere); step_ends: [N, T]
+    booleans marking those tokens; N = B * G in group-major order. Over all steps of a group,
+
+        r~_k = (r_k - mean_group(r)) / (std_group(r) + eps)           (Bessel std; scale="none": r_k - mean)
+        A_it = sum of r~_k over the steps k of sequence i that end at or after token t
+
+    so a token carries the credit of its own step and of every later one; tokens after the last step
+    end get 0. A group whose step rewards are all equal gets exactly 0, as in `group_advantages`.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown advantage scale {scale!r}; known: {', '.join(SCALES)}")
+    if step_rewards.shape != step_ends.shape or step_rewards.dim() != 2:
+        raise ValueError(f"step_rewards and step_ends must both be [N, T], got {tuple(step_rewards.shape)} "
+                         f"and {tuple(step_ends.shape)}")
+    n, width = step_rewards.shape
+    _grouped(torch.zeros(n), group_size)  # same shape rules as group_advantages
+    rewards = step_rewards.to(torch.get_default_dtype()).reshape(-1, group_size * width)  # [B, G*T]
+    ends = step_ends.reshape(-1, group_size * width)
+    count = ends.sum(dim=-1, keepdim=True)  # [B, 1] steps per group
+    # mean_group(r) over the group's steps
+    mean = torch.where(ends, rewards, 0.0).sum(dim=-1, keepdim=True) / count.clamp(min=1)
+    centred = torch.where(ends, rewards - mean, 0.0)
+    if scale == "std":
+        # std_group(r) = sqrt(sum_k (r_k - mean)^2 / (K - 1))   (Bessel)
+        std = (centred.pow(2).sum(dim=-1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+        centred = centred / (std + eps)
+    inf = torch.full_like(rewards, float("inf"))
+    constant = torch.where(ends, rewards, inf).amin(-1) == torch.where(ends, rewards, -inf).amax(-1)  # [B]
+    normed = torch.where(constant.unsqueeze(-1), torch.zeros_like(centred), centred).reshape(n, width)
+    # A_it = sum_{t' >= t} r~_it'   (a reverse cumulative sum along the tokens)
+    return normed.flip(-1).cumsum(-1).flip(-1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The estimator registry: `algo.advantage` names one.
+
+EstimatorFn = Callable[..., Tensor]  # (rewards [N], group_size, *, eps, scale, steps) -> [N] or [N, T]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    fn: EstimatorFn
+    per_token: bool  # gives [N, T] (only algorithms that take token advantages can use it)
+    needs_steps: bool  # reads graded steps: (step_rewards, step_ends), [N, T] each, from the task
+
+
+def _group(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None) -> Tensor:
+    return group_advantages(rewards, group_size, eps=eps, scale=scale)
+
+
+def _step(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None) -> Tensor:
+    if steps is None:
+        raise ValueError("the step estimator needs graded steps (step_rewards, step_ends), [N, T] each")
+    return step_advantages(*steps, group_size, eps=eps, scale=scale)
+
+
+ESTIMATORS: dict[str, Estimator] = {
+    "group": Estimator(_group, per_token=False, needs_steps=False),
+    "step": Estimator(_step, per_token=True, needs_steps=True),
+}
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {', '.join(ESTIMATORS)}")
+    return ESTIMATORS[name]
+
+
+def estimate(name: str, rewards: Tensor, group_size: int, *, eps: float, scale: str,
+             steps: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Advantages by the estimator registered as `name`: [N] ("group") or [N, T] ("step")."""
+    return get_estimator(name).fn(rewards, group_size, eps=eps, scale=scale, steps=steps)

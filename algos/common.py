@@ -10,11 +10,13 @@ Nothing here calls `.item()`: losses and metrics stay on the device, with no hos
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from .registry import MAX, MIN, SEQ_MEAN, SUM
+from .registry import TOKEN_MEAN as OVER_TOKENS
 
 # Upper bound on a log importance ratio before exp(). exp(10) ~ 2.2e4 is far outside any clip band,
 # so the bound only changes a loss that is already pathological, and it keeps exp() finite in
@@ -26,6 +28,16 @@ SEQ_MEAN_TOKEN_MEAN = "seq_mean_token_mean"  # 1/N sum_i 1/|y_i| sum_t      (GRP
 TOKEN_MEAN = "token_mean"  # 1/sum_i|y_i| sum_i sum_t                         (DAPO)
 SEQ_MEAN_TOKEN_SUM_NORM = "seq_mean_token_sum_norm"  # 1/N sum_i 1/max_len sum_t   (Dr. GRPO)
 AGGREGATIONS = (SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM)
+
+
+# How each metric made here reduces over micro-batches (gspo.algos.registry.REDUCTIONS).
+STANDARD_METRICS = {
+    "clip/token_frac": OVER_TOKENS, "clip/low_frac": OVER_TOKENS, "clip/high_frac": OVER_TOKENS,
+    "clip/ratio_out_of_band_frac": OVER_TOKENS, "clip/seq_frac": SEQ_MEAN,
+    "ratio/token_mean": OVER_TOKENS, "ratio/token_min": MIN, "ratio/token_max": MAX,
+    "ratio/seq_mean": SEQ_MEAN, "ratio/seq_min": MIN, "ratio/seq_max": MAX,
+    "policy/kl_old": OVER_TOKENS, "policy/kl_ref": OVER_TOKENS, "loss/policy": SUM,
+}  # fmt: skip
 
 
 def valid_tokens(mask: Tensor) -> Tensor:
@@ -98,20 +110,10 @@ def aggregate(
     return seq_mean(per_seq, seq_denominator=seq_denominator)
 
 
-def check_aggregation(aggregation: str, *, algo: str, sequence_level: bool) -> None:
-    """Reject an unknown aggregation; warn when a sequence-level algorithm is given another one.
-
-    GSPO weights each sequence once, whatever its length; that is the method, so `aggregation` is
-    accepted (one config may set it for every algorithm) but cannot change GSPO's loss.
-    """
+def check_aggregation(aggregation: str) -> None:
+    """Reject an unknown aggregation (GRPO's option; GSPO weights each sequence once and has none)."""
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; known: {', '.join(AGGREGATIONS)}")
-    if sequence_level and aggregation != SEQ_MEAN_TOKEN_MEAN:
-        warnings.warn(
-            f"{algo} ignores aggregation={aggregation!r}: its loss is a plain mean over sequences "
-            f"(GSPO paper, eq. 5), never weighted by length",
-            stacklevel=3,
-        )
 
 
 def seq_mean(per_seq: Tensor, *, seq_denominator: float | None) -> Tensor:

@@ -20,6 +20,7 @@ The loss is -J. Departures and choices:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -28,6 +29,7 @@ from torch import Tensor
 from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
+    STANDARD_METRICS,
     aggregate,
     check_aggregation,
     check_inputs,
@@ -42,7 +44,15 @@ from .common import (
 from .registry import register
 
 
-@register("grpo")
+@dataclass(frozen=True)
+class GrpoOptions:
+    aggregation: str = SEQ_MEAN_TOKEN_MEAN  # seq_mean_token_mean (GRPO paper), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)
+
+    def __post_init__(self) -> None:
+        check_aggregation(self.aggregation)
+
+
+@register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS)
 def grpo_loss(
     *,
     logp: Tensor,
@@ -61,7 +71,7 @@ def grpo_loss(
     """GRPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
                  clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
-    check_aggregation(aggregation, algo="grpo", sequence_level=False)
+    check_aggregation(aggregation)
     reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
                             seq_denominator=seq_denominator, token_denominator=token_denominator)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding

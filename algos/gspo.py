@@ -4,9 +4,8 @@ Optimization", arXiv 2507.18071, eqs. 5 and 7).
     s_i = (pi(y_i | x) / pi_old(y_i | x))^(1/|y_i|) = exp(1/|y_i| sum_t log(pi_it / pi_old_it))
     J   = 1/G sum_i min(s_i A_i, clip(s_i, 1 - eps_lo, 1 + eps_hi) A_i)
 
-The loss is -J. One weight per sequence, and a sequence is never weighted by its length: the
-`aggregation` option is accepted so that one config can set it for every algorithm, but GSPO's loss
-is always a plain mean over sequences (a non-default value triggers a warning saying so).
+The loss is -J. One weight per sequence, and a sequence is never weighted by its length, so GSPO has
+no aggregation option (GRPO's `algo.options.aggregation`): its loss is always a plain mean over sequences.
 Departures and choices:
 - The ratio is computed in log space and log s_i is bounded above by MAX_LOG_RATIO (10) before
   exp(), as verl does; beyond it the sequence has no gradient. The paper's clip range is 3e-4 / 4e-4,
@@ -14,7 +13,7 @@ Departures and choices:
 - Optional k3 KL to a reference policy: each sequence's mean per-token KL, averaged over sequences
   (beta * 1/G sum_i 1/|y_i| sum_t k3_it), so that term does not weight by length either.
 - `seq_denominator` replaces the local number of sequences by the minibatch's, so micro-batch losses
-  sum to the minibatch loss. `token_denominator` and `max_len` are accepted and unused.
+  sum to the minibatch loss.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from torch import Tensor
 from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
+    STANDARD_METRICS,
     aggregate,
-    check_aggregation,
     check_inputs,
     clip_metrics,
     clipped_objective,
@@ -45,7 +44,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo")
+@register("gspo", metrics=STANDARD_METRICS)
 def gspo_loss(
     *,
     logp: Tensor,
@@ -54,17 +53,13 @@ def gspo_loss(
     mask: Tensor,
     clip_low: float,
     clip_high: float,
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN,
-    max_len: float | None = None,
     ref_logp: Tensor | None = None,
     kl_beta: float = 0.0,
     seq_denominator: float | None = None,
-    token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
                  clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
-    check_aggregation(aggregation, algo="gspo", sequence_level=True)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     # s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))
     seq_ratio = torch.exp(seq_log_ratio(log_ratio, mask).clamp(max=MAX_LOG_RATIO))  # [N]

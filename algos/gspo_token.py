@@ -10,12 +10,12 @@ With A_it = A_i for all t this equals GSPO in value and in gradient.
 Departures and choices:
 - `advantages` may be [N, T] (per token) or [N] (broadcast over each sequence's tokens).
 - The token-level reduction is the paper's 1/G sum_i 1/|y_i| sum_t, always: each sequence's own
-  length normalises its tokens, never the batch's token count. `aggregation` is accepted for one
-  shared config and does not change the loss (a non-default value triggers a warning).
+  length normalises its tokens, never the batch's token count; so, like GSPO, it has no aggregation
+  option. Per-token advantages come from the `step` estimator (gspo.algos.advantages, algo=gspo_token_step).
 - log s_it is bounded above by MAX_LOG_RATIO (10) before exp(), as in GSPO.
 - Optional k3 KL to a reference policy, reduced the same way as the policy term.
 - `seq_denominator` replaces the local number of sequences by the minibatch's, so micro-batch losses
-  sum to the minibatch loss. `token_denominator` and `max_len` are accepted and unused.
+  sum to the minibatch loss.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from torch import Tensor
 from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
+    STANDARD_METRICS,
     aggregate,
-    check_aggregation,
     check_inputs,
     clip_metrics,
     clipped_objective,
@@ -44,7 +44,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo_token")
+@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True)
 def gspo_token_loss(
     *,
     logp: Tensor,
@@ -53,17 +53,13 @@ def gspo_token_loss(
     mask: Tensor,
     clip_low: float,
     clip_high: float,
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN,
-    max_len: float | None = None,
     ref_logp: Tensor | None = None,
     kl_beta: float = 0.0,
     seq_denominator: float | None = None,
-    token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N, T] or [N]."""
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
                  clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
-    check_aggregation(aggregation, algo="gspo_token", sequence_level=True)
     adv = advantages if advantages.dim() == 2 else spread_to_tokens(advantages, mask)  # [N, T]
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     # log s_i = 1/|y_i| sum_t (logp_it - old_logp_it), a constant here: sg[.]

@@ -1,37 +1,87 @@
-"""The algorithm registry: names -> policy-loss functions, and the one dispatching entry point.
+"""The algorithm registry: a name -> the algorithm's loss, its own options and how its metrics reduce.
 
-A policy-loss function takes keyword-only tensors (logp, old_logp, advantages, mask), the clip
-bounds, and its options, and returns (loss, metrics). Options are the function's other keyword
-parameters; `policy_loss` rejects any name the chosen algorithm does not declare, so a typo in a
-config fails loudly instead of being ignored.
+    @register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS)
+    def grpo_loss(*, logp, old_logp, advantages, mask, clip_low, clip_high, aggregation, ...): ...
+
+A policy-loss function takes keyword-only tensors (logp, old_logp, advantages, mask) and the clip
+bounds (REQUIRED), any of the trainer's CONTEXT it uses (reference log-probs, the KL weight, the
+minibatch's denominators, the completion budget), and its own options: the fields of its `options`
+dataclass, which is what the config's `algo.options` holds. It returns (loss, metrics): 0-dim detached
+tensors, each a mean over the micro-batch's tokens or sequences, a sum, or an extreme, as its `metrics`
+declaration says (REDUCTIONS), so the trainer reduces them over micro-batches without knowing names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor
 
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
-# Arguments every algorithm takes; everything else a loss function declares is an option.
+# Arguments every algorithm takes.
 REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")
+# What the trainer offers every loss; a loss declares the ones it uses.
+CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len")
 
-ALGOS: dict[str, LossFn] = {}
+# How a metric combines over micro-batches and minibatches:
+#   token_mean: a mean over valid tokens   -> sum of value x tokens, divided by the tokens
+#   seq_mean:   a mean over sequences      -> sum of value x sequences, divided by the sequences
+#   sum:        already scaled by the minibatch's denominators (the loss terms) -> parts add up
+#   min, max:   extremes
+TOKEN_MEAN, SEQ_MEAN, SUM, MIN, MAX = "token_mean", "seq_mean", "sum", "min", "max"
+REDUCTIONS = (TOKEN_MEAN, SEQ_MEAN, SUM, MIN, MAX)
 
 
-def register(name: str) -> Callable[[LossFn], LossFn]:
-    """Decorator: make a policy-loss function available as `name` in `policy_loss`."""
+@dataclass(frozen=True)
+class NoOptions:
+    """An algorithm with no options of its own."""
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    name: str
+    loss: LossFn
+    options: type = NoOptions  # a dataclass: the algorithm's own options, checked in __post_init__
+    metrics: Mapping[str, str] = field(default_factory=dict)  # metric name -> one of REDUCTIONS
+    token_advantages: bool = False  # accepts per-token advantages [N, T] (else one per sequence, [N])
+
+    def make_options(self, values: Mapping[str, Any]) -> Any:
+        """The options dataclass from config values: TypeError naming an unknown option and the known ones,
+        ValueError (from the dataclass) for a value it does not take."""
+        known = [f.name for f in dataclasses.fields(self.options)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise TypeError(f"unknown option(s) {unknown} for {self.name!r}; known: {', '.join(known) or 'none'}")
+        return self.options(**values)
+
+
+ALGOS: dict[str, Algorithm] = {}
+
+
+def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str],
+             token_advantages: bool = False) -> Callable[[LossFn], LossFn]:
+    """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
     def decorator(fn: LossFn) -> LossFn:
         if name in ALGOS:
             raise ValueError(f"algorithm {name!r} is already registered")
-        missing = [arg for arg in REQUIRED if arg not in inspect.signature(fn).parameters]
+        params = inspect.signature(fn).parameters
+        missing = [arg for arg in REQUIRED if arg not in params]
         if missing:
             raise TypeError(f"algorithm {name!r} lacks required keyword arguments {missing}")
-        ALGOS[name] = fn
+        declared = {f.name for f in dataclasses.fields(options)}
+        undeclared = [p for p in params if p not in (*REQUIRED, *CONTEXT) and p not in declared]
+        if undeclared:
+            raise TypeError(f"algorithm {name!r}: parameters {undeclared} are neither context nor options")
+        bad = {k: v for k, v in metrics.items() if v not in REDUCTIONS}
+        if bad:
+            raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
+        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages)
         return fn
 
     return decorator
@@ -42,17 +92,16 @@ def available() -> tuple[str, ...]:
     return tuple(sorted(ALGOS))
 
 
-def option_names(name: str) -> tuple[str, ...]:
-    """The option names algorithm `name` accepts (beyond the required tensors and clip bounds)."""
-    params = inspect.signature(get(name)).parameters
-    return tuple(param for param in params if param not in REQUIRED)
-
-
-def get(name: str) -> LossFn:
-    """The loss function registered as `name`; ValueError naming the known ones otherwise."""
+def get(name: str) -> Algorithm:
+    """The algorithm registered as `name`; ValueError naming the known ones otherwise."""
     if name not in ALGOS:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(available())}")
     return ALGOS[name]
+
+
+def option_names(name: str) -> tuple[str, ...]:
+    """The options algorithm `name` declares (its `algo.options`)."""
+    return tuple(f.name for f in dataclasses.fields(get(name).options))
 
 
 def policy_loss(
@@ -64,23 +113,19 @@ def policy_loss(
     mask: Tensor,
     clip_low: float,
     clip_high: float,
-    **options: Any,
+    **kwargs: Any,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Loss (a scalar to minimise, the negated objective) and detached 0-dim metrics of `name`.
 
-    logp, old_logp, mask: [N, T]; advantages: [N] ([N, T] also for gspo_token). See each
-    algorithm's module for its options; an option it does not declare raises TypeError.
+    logp, old_logp, mask: [N, T]; advantages: [N] ([N, T] where the algorithm takes token advantages).
+    `kwargs`: any of CONTEXT (passed where the loss declares it; a non-zero kl_beta to a loss without a
+    KL term raises TypeError) and the algorithm's options; an option it does not declare raises TypeError.
     """
-    fn = get(name)
-    unknown = sorted(set(options) - set(option_names(name)))
-    if unknown:
-        raise TypeError(f"unknown option(s) {unknown} for {name!r}; known: {', '.join(option_names(name))}")
-    return fn(
-        logp=logp,
-        old_logp=old_logp,
-        advantages=advantages,
-        mask=mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        **options,
-    )
+    algo = get(name)
+    params = inspect.signature(algo.loss).parameters
+    context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
+    if kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight must never be dropped silently
+        raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
+    options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
+    return algo.loss(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
+                     clip_high=clip_high, **context, **dataclasses.asdict(options))

@@ -8,7 +8,6 @@ train.steps=50`). The report goes to <sweep>/report.
 
 from __future__ import annotations
 
-import difflib
 from importlib import resources
 
 import typer
@@ -17,6 +16,7 @@ from omegaconf import OmegaConf
 from gspo.cli.grade import user_errors
 from gspo.cli.report import print_report
 from gspo.cli.sweep import run_sweep
+from gspo.conf.choices import check_choice
 from gspo.conf.errors import GspoError
 from gspo.trainer.report import write_report
 
@@ -36,11 +36,7 @@ def pick_preset(overrides: list[str]) -> tuple[str, list[str]]:
     if len(named) > 1:
         raise GspoError(f"preset= given {len(named)} times ({', '.join(named)}): name one")
     name = named[0] if named else DEFAULT_PRESET
-    known = presets()
-    if name not in known:
-        near = difflib.get_close_matches(name, known, n=1)
-        hint = f" (did you mean {near[0]}?)" if near else ""
-        raise GspoError(f"unknown preset {name!r}{hint}: the presets are {', '.join(sorted(known))}")
+    check_choice("preset", name, sorted(presets()))
     return name, rest
 
 

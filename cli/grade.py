@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import typer
 
-from gspo.conf.errors import GspoError
+from gspo.cli.errors import user_errors
 from gspo.evals import regrade
 
 grade_app = typer.Typer(
     help="Regrade saved responses without a model; verdicts go to FILE.graded.jsonl next to FILE.",
     no_args_is_help=True,
 )
-
-F = TypeVar("F", bound=Callable)
-
-
-def user_errors(fn: F) -> F:
-    """A GspoError becomes `error: <msg>` on stderr and exit code 2, with no traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except GspoError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
 
 @grade_app.command("math")
 @user_errors

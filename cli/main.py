@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 import typer
 
 from gspo.cli.compare import compare_cmd
+from gspo.cli.errors import is_rank0, one_line_errors
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
 from gspo.conf.errors import GspoError
@@ -55,10 +56,11 @@ def train(
 
     Hydra's own flags work as in any Hydra app: --cfg job|hydra|all [--resolve], --info, -m/--multirun
     (the same as gspo sweep), hydra/launcher=joblib|submitit_local, hydra/sweeper=optuna. --cfg alone
-    prints the resolved, checked config.
+    prints the resolved, checked config with each key's one-line doc.
     """
     from gspo.cli.sweep import INFO_FLAGS, MULTIRUN, run_hydra_flags, run_sweep
-    from gspo.conf import compose_config, config_to_yaml
+    from gspo.conf import compose_config
+    from gspo.conf.docs import annotated_yaml
 
     args = list(overrides or [])
     if any(a in MULTIRUN for a in args):
@@ -70,7 +72,7 @@ def train(
         return
     config = compose_config([a for a in args if a != "--cfg"])
     if cfg_alone:
-        typer.echo(config_to_yaml(config), nl=False)
+        typer.echo(annotated_yaml(config), nl=False)
         return
     if quiet:
         config.logger.progress = False
@@ -81,7 +83,7 @@ def train(
 
     log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
     run_dir = run_training(config, log=log)
-    if _rank0():
+    if is_rank0():
         typer.echo(f"run finished: {run_dir}")
 
 
@@ -105,57 +107,60 @@ app.command("report")(report_cmd)
 app.command("compare", context_settings=EXTRA)(compare_cmd)
 
 
-EVAL_KEYS = {"run": str, "model": str, "bench": str, "k": int, "limit": int, "temperature": float, "top_p": float,
-             "max_new_tokens": int, "workers": int, "seed": int, "batch_size": int, "output": str, "wandb": str}
+# `gspo eval`'s key=value syntax before it took gspo train's overrides: each old key -> its new spelling.
+OLD_EVAL_SYNTAX = {"run": "eval.run", "bench": "eval.benches=[...]", "k": "eval.k", "limit": "eval.limit",
+                   "temperature": "rollout.temperature (0: eval.greedy=true)", "top_p": "rollout.top_p",
+                   "max_new_tokens": "eval.max_new_tokens", "workers": "eval.workers", "batch_size": "rollout.batch_size",
+                   "output": "eval.output", "wandb": "logger.wandb", "bench.path": "+eval.paths.<bench>=FILE"}
 
 
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(
-    args: list[str] = typer.Argument(None, help="key=value: run=DIR | model=PATH|HUB_ID|tiny, bench=aime24,livecodebench, "
-                                     "bench.path=FILE (or bench.<name>.path=FILE), k=, limit=, temperature=, top_p=, "
-                                     "max_new_tokens=, workers=, seed=, batch_size=, output=DIR, wandb=auto|online|offline|disabled"),
+    overrides: list[str] = typer.Argument(None, help="Hydra overrides, as gspo train's: eval.benches=[aime24] "
+                                          "eval.run=<run dir> | model=hf model.name=<path or hub id>, eval.k=, "
+                                          "eval.limit=, eval.greedy=true, +eval.paths.aime24=FILE, rollout.temperature="),
 ) -> None:
-    """Evaluate a run's checkpoint, a local model or a hub id on benchmarks; rows go to evals.jsonl."""
-    from gspo.trainer.evaluate import EvalRequest, run_eval
+    """Evaluate a run's latest checkpoint (eval.run=DIR, under the run's own config), a local model or hub id
+    (model=hf model.name=...) or the embedded model on benchmarks (eval.benches=[arith,aime24,livecodebench,
+    codeforces]); rows go to evals.jsonl, as the periodic evals of gspo train write them.
 
-    req = _eval_request(args or [], EvalRequest)
-    out = run_eval(req, log=_log)
+    The config is gspo train's, composed by Hydra: --cfg prints it with each key's doc; -m evaluates every
+    combination (eval.benches=[aime24],[livecodebench] model.name=a,b), one output folder per job.
+    """
+    from gspo.cli.sweep import MULTIRUN, run_sweep
+    from gspo.conf import compose_config
+    from gspo.conf.docs import annotated_yaml
+
+    args = list(overrides or [])
+    _refuse_old_eval_syntax(args)
+    if any(a in MULTIRUN for a in args):
+        run_sweep(args, command="eval")
+        return
+    config = compose_config([a for a in args if a != "--cfg"], command="eval")
+    if "--cfg" in args:
+        typer.echo(annotated_yaml(config), nl=False)
+        return
+    if config.eval.weak_sandbox:
+        os.environ["GSPO_SANDBOX_WEAK"] = "1"
+    from gspo.trainer.evaluate import run_eval
+
+    out = run_eval(config, log=_log)
     typer.echo(f"evals written to {out / 'evals.jsonl'}")
 
 
-def _eval_request(args: list[str], request_type):
-    values: dict = {}
-    paths: dict[str, str] = {}
+def _refuse_old_eval_syntax(args: list[str]) -> None:
     for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            raise GspoError(f"expected key=value, got {arg!r} (keys: {', '.join(EVAL_KEYS)}, bench.path)")
-        if key.startswith("bench.") and key.endswith(".path"):
-            paths[key[len("bench."):-len(".path")] or "*"] = value
-            continue
-        if key not in EVAL_KEYS:
-            raise GspoError(f"unknown eval option {key!r} (keys: {', '.join(EVAL_KEYS)}, bench.path)")
-        try:
-            values[key] = EVAL_KEYS[key](value)
-        except ValueError:
-            raise GspoError(f"{key}={value!r}: expected {EVAL_KEYS[key].__name__}") from None
-    benches = [b for b in values.pop("bench", "").split(",") if b]
-    if not benches:
-        raise GspoError("no benchmark given: bench=aime24 (or several: bench=aime24,livecodebench)")
-    if "*" in paths:
-        if len(benches) != 1:
-            raise GspoError("bench.path= needs exactly one bench; with several use bench.<name>.path=")
-        paths[benches[0]] = paths.pop("*")
-    return request_type(benches=benches, paths=paths, **values)
+        key, _, value = arg.partition("=")
+        old = "bench.path" if key.startswith("bench.") and key.endswith(".path") else key
+        if old in OLD_EVAL_SYNTAX:
+            raise GspoError(f"{arg!r} is gspo eval's old syntax: use {OLD_EVAL_SYNTAX[old]} (gspo eval takes gspo "
+                            "train's overrides, e.g. gspo eval eval.run=<run dir> eval.benches=[aime24] eval.limit=30)")
+        if key == "model" and ("/" in value or value.startswith(".")):
+            raise GspoError(f"{arg!r}: a model by path or hub id is model=hf model.name={value}")
 
 
 def _log(message: str) -> None:
     typer.echo(message, err=True)
-
-
-def _rank0() -> bool:
-    """Under torchrun, rank 0 alone speaks for the job (the other ranks' log is already silent)."""
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _offline_without_network() -> None:
@@ -178,13 +183,10 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()  # weight loading/saving bars would bury the run's own progress
     try:
-        app()
-    except GspoError as e:
-        if _rank0():
-            typer.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        with one_line_errors():
+            app()
     except KeyboardInterrupt:
-        if _rank0():
+        if is_rank0():
             typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
         sys.exit(130)
 

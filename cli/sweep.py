@@ -29,7 +29,10 @@ import typer
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from gspo.conf import GspoError, validate_config
+from gspo.cli.errors import one_line_errors
+from gspo.conf import validate_config
+from gspo.conf.compose import run_config
+from gspo.conf.errors import GspoError
 from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.trainer.report.runs import SWEEP_RUNS, load_run, sweep_runs
@@ -42,19 +45,24 @@ MULTIRUN = ("-m", "--multirun")
 INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
-def run_sweep(args: list[str], preset_keys: tuple[str, ...] = ()) -> Path:
-    """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir."""
+def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train") -> Path:
+    """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir.
+    `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output)."""
     register_configs()
     overrides = [a for a in args if a not in MULTIRUN]
-    check_sweep_overrides(overrides)
+    check_sweep_overrides(overrides, command)
     check_launcher(overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
     sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
     os.environ["GSPO_SWEEP"] = stamp
     os.environ["GSPO_SWEPT"] = " ".join(dict.fromkeys([*preset_keys, *swept_keys(overrides)]))
-    sys.argv = ["gspo sweep", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
+    os.environ["GSPO_COMMAND"] = command
+    sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
     _job()
+    if command == "eval":
+        typer.echo(f"evals finished: one folder per job under {sweep_dir}")
+        return sweep_dir
     runs = sweep_runs(sweep_dir)
     typer.echo(f"sweep finished: {len(runs)} run(s), listed in {sweep_dir / SWEEP_RUNS}/")
     for run in runs:
@@ -124,8 +132,12 @@ def _job(cfg: DictConfig) -> float:
     from gspo.trainer.loop import train
 
     hc = HydraConfig.get()
-    try:
+    command = os.environ.get("GSPO_COMMAND", "train")
+    with one_line_errors():
+        cfg = run_config(cfg, list(hc.overrides.task), command)
         validate_config(cfg)
+        if command == "eval":
+            return _eval_job(cfg, hc)
         if "submitit" in str(hc.launcher.get("_target_", "")):
             export_slurm_world()  # a job of several Slurm tasks is one data-parallel run
         main = world_from_env().main
@@ -144,6 +156,16 @@ def _job(cfg: DictConfig) -> float:
             return float("nan")  # the launcher reports rank 0's value
         _record(hc, record | {"ended": time.time()})
         return run_value(load_run(run_dir), cfg.objective or f"eval/{cfg.task.name}/accuracy", "final")
-    except GspoError as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(2)
+
+
+def _eval_job(cfg: DictConfig, hc) -> float:
+    """One `gspo eval` of a multirun, into <sweep dir>/<job> unless it names its folder (eval.run, eval.output)."""
+    from gspo.trainer.evaluate import run_eval
+
+    if cfg.eval.run is None and cfg.eval.output is None:
+        with open_dict(cfg):
+            cfg.eval.output = str(Path(hc.sweep.dir) / str(hc.job.num))
+    typer.echo(f"eval job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))}", err=True)
+    out = run_eval(cfg, log=lambda m: typer.echo(m, err=True))
+    typer.echo(f"evals written to {out / 'evals.jsonl'}", err=True)
+    return 0.0

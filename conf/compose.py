@@ -9,42 +9,78 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from importlib import resources
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from gspo.conf.choices import check_choices
 from gspo.conf.errors import GspoError
 from gspo.conf.ranges import check_numbers
-from gspo.conf.resume import expand_resume_dir, resume_config
+from gspo.conf.resume import eval_run_config, expand_resume_dir, resume_config
 from gspo.conf.schema import Config, register_configs
 
 GROUPS = ("algo", "model", "task", "rollout", "logger")
 
 
-def compose_config(overrides: list[str] | None = None) -> DictConfig:
+def compose_config(overrides: list[str] | None = None, *, command: str = "train") -> DictConfig:
     """The resolved config for `overrides` (Hydra syntax: `algo=grpo train.steps=5`); with `resume=true`
-    (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make."""
+    (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make. `command`
+    "eval": with `eval.run=<run dir>`, that run's saved config with the eval's overrides (run_config)."""
     overrides = expand_resume_dir(list(overrides or []))
     register_configs()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="gspo.conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=list(overrides or []))
+            cfg = compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
+        algorithms = _algorithm_names(cfg.hydra.runtime.config_sources)
+        with open_dict(cfg):
+            del cfg["hydra"]
         OmegaConf.resolve(cfg)
         _check_missing(cfg)
         _check_schema(cfg)
         if cfg.resume:
             cfg = resume_config(cfg, overrides)
+        cfg = run_config(cfg, overrides, command)
     except (MissingConfigException, ConfigCompositionException, HydraException, OmegaConfBaseException) as e:
         raise GspoError(_one_line(e)) from None
     finally:
         GlobalHydra.instance().clear()
-    validate_config(cfg)
+    validate_config(cfg, algorithms)
     return cfg
+
+
+def run_config(cfg: DictConfig, overrides: list[str], command: str) -> DictConfig:
+    """`eval.run` belongs to `gspo eval`, where it swaps in the run's own config (conf/resume.py)."""
+    if cfg.eval.run is None:
+        return cfg
+    if command != "eval":
+        raise GspoError(f"eval.run={cfg.eval.run} names a run for gspo eval; gspo {command} does not read it")
+    return eval_run_config(cfg, overrides)
+
+
+def _algorithm_names(sources=None) -> list[str]:
+    """The `name:` of every preset in the algo group of Hydra's config sources (the package's, and any
+    added with hydra.searchpath): one yaml per algorithm. `sources`: hydra.runtime.config_sources; None:
+    the running Hydra job's (a sweep job), else the package's own."""
+    if sources is None:
+        sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else [
+            {"schema": "pkg", "path": "gspo.conf"}]
+    names = []
+    for source in sources:
+        if source["schema"] not in ("pkg", "file"):
+            continue
+        root = resources.files(source["path"]) if source["schema"] == "pkg" else Path(source["path"])
+        group = root / "algo"
+        if group.is_dir():
+            presets = [OmegaConf.create(f.read_text()) for f in group.iterdir() if f.name.endswith(".yaml")]
+            names += [str(p.name) for p in presets if p.get("name")]  # one building on another names none
+    return names
 
 
 def _check_missing(cfg: DictConfig) -> None:
@@ -87,8 +123,10 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
             _check_keys(child, sub, f"{prefix}{key}.")
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """Checks across fields: each raises a GspoError naming the key and the rule."""
+def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> None:
+    """Closed choices (`algorithms`: the names the algo presets declare; read from Hydra when None), then
+    checks across fields: each raises a GspoError naming the key and the rule."""
+    check_choices(cfg, algorithms if algorithms is not None else _algorithm_names())
     _check_run_location(cfg)
     t, r = cfg.train, cfg.rollout
     if t.group_size < 2:
@@ -108,37 +146,15 @@ def validate_config(cfg: DictConfig) -> None:
         raise GspoError("train.save_every, train.keep_checkpoints and train.eval_every must be >= 0")
     if t.epochs < 1 or t.lr <= 0 or t.max_grad_norm <= 0:
         raise GspoError("train.epochs must be >= 1, train.lr > 0 and train.max_grad_norm > 0")
-    if t.on_nonfinite not in ("stop", "skip"):
-        raise GspoError(f"train.on_nonfinite={t.on_nonfinite!r}: use stop or skip")
-    if t.lr_schedule not in ("constant", "linear", "cosine"):
-        raise GspoError(f"train.lr_schedule={t.lr_schedule!r}: use constant, linear or cosine")
     if not (0 < cfg.algo.clip_low < 1 and cfg.algo.clip_high > 0):
         raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low < 1 and clip_high > 0")
     if r.temperature <= 0 or not (0 < r.top_p <= 1) or r.max_new_tokens < 1:
         raise GspoError("rollout: need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1")
-    if cfg.algo.old_logp_source not in ("recompute", "engine"):
-        raise GspoError(f"algo.old_logp_source={cfg.algo.old_logp_source!r}: use recompute or engine")
-    if r.dtype not in ("auto", "bfloat16", "float16"):
-        raise GspoError(f"rollout.dtype={r.dtype!r}: use auto, bfloat16 or float16")
-    if r.engine not in ("hf", "vllm"):
-        raise GspoError(f"rollout.engine={r.engine!r}: use hf or vllm")
-    if cfg.logger.wandb not in ("auto", "online", "offline", "disabled"):
-        raise GspoError(f"logger.wandb={cfg.logger.wandb!r}: use auto, online, offline or disabled")
-    if cfg.model.dtype not in ("float32", "bfloat16", "float16"):
-        raise GspoError(f"model.dtype={cfg.model.dtype!r}: use float32, bfloat16 or float16")
     if cfg.model.lora.r < 0 or not 0 <= cfg.model.lora.dropout < 1:
         raise GspoError("model.lora: need r >= 0 (0: no LoRA) and 0 <= dropout < 1")
     if cfg.model.lora.r > 0 and r.engine == "vllm":
         raise GspoError("model.lora with rollout=vllm is not supported yet (vLLM would need the merged weights "
                         "after every update): use rollout=hf")
-    if t.precision not in ("auto", "fp32", "bf16", "fp16"):
-        raise GspoError(f"train.precision={t.precision!r}: use auto, fp32, bf16 or fp16")
-    if cfg.task.kind not in ("arith", "math", "code"):
-        raise GspoError(f"task.kind={cfg.task.kind!r}: use arith, math or code")
-    if cfg.task.kind == "code" and cfg.task.benchmark not in ("livecodebench", "codeforces"):
-        raise GspoError(f"task.benchmark={cfg.task.benchmark!r}: use livecodebench or codeforces")
-    if cfg.task.code_reward not in ("all", "fraction"):
-        raise GspoError(f"task.code_reward={cfg.task.code_reward!r}: use all or fraction")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
     if cfg.algo.routing_replay and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:

@@ -38,13 +38,13 @@ def _parse(overrides: list[str]) -> list:
     return parsed
 
 
-def check_sweep_overrides(overrides: list[str]) -> None:
-    """Raise a GspoError for the first override Hydra cannot parse or compose."""
+def check_sweep_overrides(overrides: list[str], command: str = "train") -> None:
+    """Raise a GspoError for the first override Hydra cannot parse or compose (for `gspo <command>`)."""
     choices = [_values(o) for o in _parse(overrides) if not o.is_hydra_override()]
     base = [c[0] if c else None for c in choices]
     combos = [base] + [base[:i] + [v] + base[i + 1:] for i, values in enumerate(choices) for v in values[1:]]
     for combo in combos:
-        compose_config([x for x in combo if x is not None])
+        compose_config([x for x in combo if x is not None], command=command)
 
 
 def swept_keys(overrides: list[str]) -> list[str]:

@@ -27,7 +27,7 @@ RULES: dict[str, tuple[float, float | None, bool]] = {
     "rollout.tensor_parallel_size": _ONE,
     "task.min_digits": _ONE, "task.max_digits": _ONE, "task.eval_size": _ONE, "task.timeout_s": _POS,
     "task.workers": _ONE,
-    "eval.k": _ONE, "eval.limit": _ONE, "eval.temperature": _NONNEG, "eval.max_new_tokens": _ONE,
+    "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _ONE,
     "eval.workers": _ONE, "logger.samples_per_step": _NONNEG,
     "model.tiny.hidden_size": _ONE, "model.tiny.num_layers": _ONE, "model.tiny.intermediate_size": _ONE,
     "model.tiny.num_heads": _ONE, "model.tiny.num_kv_heads": _ONE, "model.tiny.sft_lr": _POS,

@@ -20,6 +20,8 @@ from gspo.conf.schema import Config
 # Keys (or whole groups) a resume command may change: none of them changes the trajectory of the run.
 EXTENDS = ("train.steps", "train.eval_every", "train.eval_greedy", "train.save_every", "train.keep_checkpoints",
            "eval", "logger", "resume", "run_id", "output_dir")
+# What `gspo eval eval.run=<dir>` may set over the run's own config: how to evaluate, not what was trained.
+EVAL_SETS = ("eval", "rollout", "logger", "seed", "device")
 _FALSE = ("false", "no", "0", "off")
 _TRUE = ("true", "yes", "1", "on")
 
@@ -41,12 +43,7 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
     if not composed.run_id:
         raise GspoError("resume=true needs the run: run_id=<id> (under output_dir) or resume=<run dir>")
     path = Path(composed.output_dir) / composed.run_id
-    if not (path / "config.yaml").is_file():
-        raise GspoError(f"resume=true but there is no run at {path} (no config.yaml)")
-    try:
-        saved = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path / "config.yaml"))
-    except (OmegaConfBaseException, OSError, ValueError) as e:
-        raise GspoError(f"cannot read {path / 'config.yaml'}: {str(e).splitlines()[0]}") from None
+    saved = saved_config(path, "resume=true")
     for key in _override_keys(overrides):
         new, old = OmegaConf.select(composed, key), OmegaConf.select(saved, key)
         if _extends(key):
@@ -56,6 +53,44 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
                 f"{key}: a resumed run keeps its own config ({key}={_show(old)} in {path / 'config.yaml'}); "
                 f"on resume only {', '.join(EXTENDS[:-3])} may change; start a new run_id to change {key}")
     saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
+    return saved
+
+
+def eval_run_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
+    """`gspo eval eval.run=<run dir>`: the run's saved config (its model, task, rollout and seed, so the
+    eval is the one its training ran), with the command's overrides of EVAL_SETS applied."""
+    path = Path(composed.eval.run).expanduser()
+    saved = saved_config(path, f"eval.run={composed.eval.run}")
+    for key in _override_keys(overrides):
+        if not any(key == k or key.startswith(k + ".") for k in EVAL_SETS):
+            raise GspoError(f"{key}: eval.run= evaluates the run's checkpoint under the run's own config; only "
+                            f"{', '.join(EVAL_SETS)} may be set with it (for another model: model=hf model.name=<path>)")
+        OmegaConf.update(saved, key, OmegaConf.select(composed, key), merge=False)
+    saved.eval.run = str(path)
+    return saved
+
+
+def saved_config(path: Path, given: str) -> DictConfig:
+    """The config a run saved (path/config.yaml), upgraded to today's schema; `given` names the setting
+    that pointed here, for the error."""
+    if not (path / "config.yaml").is_file():
+        raise GspoError(f"{given} but there is no run at {path} (no config.yaml): not a run directory")
+    try:
+        return OmegaConf.merge(OmegaConf.structured(Config), _upgrade(OmegaConf.load(path / "config.yaml")))
+    except (OmegaConfBaseException, OSError, ValueError) as e:
+        raise GspoError(f"cannot read {path / 'config.yaml'}: {str(e).splitlines()[0]}") from None
+
+
+def _upgrade(saved: DictConfig) -> DictConfig:
+    """A config saved before issue 11: algo.aggregation became GRPO's own option (algo.options.aggregation;
+    GSPO never had a choice), and eval.temperature, never read, is gone."""
+    algo, evals = saved.get("algo") or {}, saved.get("eval") or {}
+    if "aggregation" in algo:
+        aggregation = algo.pop("aggregation")
+        if algo.get("name") == "grpo":
+            algo.options = {"aggregation": aggregation}
+    if "temperature" in evals:
+        evals.pop("temperature")
     return saved
 
 

@@ -8,6 +8,7 @@ wrong type is rejected when the config is composed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -15,14 +16,15 @@ from omegaconf import MISSING
 
 @dataclass
 class AlgoConfig:
-    name: str = MISSING  # a name registered in gspo.algos: grpo, gspo, gspo_token
+    name: str = MISSING  # a name registered in gspo.algos (and declared by an algo/ preset): grpo, gspo, gspo_token
     clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over
     clip_high: float = MISSING  # ratio may rise to 1 + clip_high
-    aggregation: str = "seq_mean_token_mean"  # grpo: seq_mean_token_mean (paper), token_mean (DAPO), seq_mean_token_sum_norm (Dr.GRPO); gspo never weights by length
+    options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options (its preset lists them; grpo: aggregation)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
+    advantage: str = "group"  # estimator: group (one value per sequence) or step (per scratchpad step, per token; gspo_token)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
-    old_logp_source: str = "recompute"  # recompute: a trainer forward; engine: the sampler's own log-probs (paper sec. 5.3)
+    old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
     routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
 
 
@@ -31,21 +33,21 @@ class TinyModelConfig:
     """The embedded model: a Qwen3-architecture transformer with a character tokenizer, cold-started
     by a short supervised fine-tune on worked solutions, built on first use and cached."""
 
-    hidden_size: int = 128
-    num_layers: int = 4
-    intermediate_size: int = 512
-    num_heads: int = 4
-    num_kv_heads: int = 2
+    hidden_size: int = 128  # width of the residual stream
+    num_layers: int = 4  # transformer blocks
+    intermediate_size: int = 512  # dense MLP width
+    num_heads: int = 4  # attention heads
+    num_kv_heads: int = 2  # key/value heads (grouped-query attention)
     num_experts: int = 0  # 0: dense MLPs; > 0: Qwen3-MoE with this many experts in every layer (model=tiny-moe)
     experts_per_token: int = 2  # MoE top-k
     moe_intermediate_size: int = 128  # each expert's MLP width
-    sft_lr: float = 3e-3  # cold-start fine-tune
-    sft_batch_size: int = 32
-    sft_max_steps: int = 1500
-    sft_eval_every: int = 25
+    sft_lr: float = 3e-3  # learning rate of the cold-start fine-tune
+    sft_batch_size: int = 32  # worked solutions per cold-start step
+    sft_max_steps: int = 1500  # upper bound on cold-start steps
+    sft_eval_every: int = 25  # cold-start steps between dev-set checks
     sft_eval_max_loss: float = 0.3  # sample the dev set only once the mean SFT loss is below this
     sft_target_accuracy: float = 0.2  # stop once dev-set sampled accuracy reaches this: RL starts sometimes right
-    sft_seed: int = 0
+    sft_seed: int = 0  # seed of the cold start (its weights are cached per setting)
     cache_dir: str | None = None  # default: $GSPO_CACHE or ~/.cache/gspo
 
 
@@ -65,61 +67,57 @@ class LoraConfig:
 class ModelConfig:
     name: str | None = "tiny"  # "tiny" (embedded), a Hugging Face id, or a local path
     dtype: str = "float32"  # storage of the weights: float32, bfloat16 or float16 (compute: train.precision)
-    gradient_checkpointing: bool = False
-    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory, more time)
+    trust_remote_code: bool = False  # let transformers run the model repository's own code
     chat_template: bool = False  # wrap prompts in the tokenizer's chat template
     attn_implementation: str | None = None  # e.g. sdpa, flash_attention_2; None: transformers' default
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # the embedded model (model.name=tiny)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # LoRA adapters (r=0: off)
 
 
 @dataclass
 class TaskConfig:
     kind: str = "arith"  # arith (embedded), math or code (a Hugging Face dataset id or local JSONL)
     name: str = "arith"  # used in metric names: eval/<name>/accuracy, reward/<name>
-    # arith
-    min_digits: int = 3
-    max_digits: int = 5
-    ops: str = "+*"
-    # math
-    dataset: str | None = None  # Hugging Face dataset id or local .jsonl/.json path
-    subset: str | None = None
-    split: str = "train"
+    min_digits: int = 3  # arith: fewest digits of an operand
+    max_digits: int = 5  # arith: most digits of an operand
+    ops: str = "+*"  # arith: operations drawn from (+: two numbers, *: a number times a digit)
+    dataset: str | None = None  # math, code: Hugging Face dataset id or local .jsonl/.json path
+    subset: str | None = None  # math, code: the hub dataset's subset (configuration)
+    split: str = "train"  # math, code: the split training prompts come from
     eval_split: str | None = None  # None: hold out eval_size rows of `split`
-    question_field: str = "problem"
-    answer_field: str = "answer"
-    prompt_template: str = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-    # code
+    question_field: str = "problem"  # math: the column holding the question
+    answer_field: str = "answer"  # math: the column holding the gold answer
+    prompt_template: str = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."  # math: {question} is replaced
     benchmark: str = "livecodebench"  # layout of task.dataset: livecodebench or codeforces (as gspo eval reads them)
     code_reward: str = "all"  # all: 1 when every test passes, else 0; fraction: share of tests passed
     timeout_s: float = 6.0  # CPU seconds per test (LiveCodeBench's); CodeForces problems use their own limit
     workers: int = 2  # completions graded in parallel, one sandbox each
-    # all
     eval_size: int = 256  # held-out prompts evaluated at step 0, every train.eval_every steps and at the end
 
 
 @dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf (transformers.generate) or vllm
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64
+    temperature: float = 1.0  # sampling temperature of the rollouts (log-probs are scored at the same one)
+    top_p: float = 1.0  # nucleus sampling (log-probs are renormalised over the same nucleus)
+    max_new_tokens: int = 64  # completion budget; longer completions are truncated
     dtype: str = "auto"  # hf engine: auto (the model's) or bfloat16/float16 autocast, a sampler less precise than the trainer
     batch_size: int = 256  # completions generated per generate() call
-    # vllm only
-    gpu_memory_utilization: float = 0.5
-    tensor_parallel_size: int = 1
-    vllm_dtype: str = "auto"
+    sampler: str = "lean"  # hf engine: lean (its own KV-cache decoding loop, same draws as generate) or generate (transformers')
+    gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory vLLM may take
+    tensor_parallel_size: int = 1  # vllm: GPUs one model is split over
+    vllm_dtype: str = "auto"  # vllm: its weights' dtype (auto: the model's)
     vllm_sleep: bool = True  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync
 
 
 @dataclass
 class LoggerConfig:
     wandb: str = "auto"  # auto: online when WANDB_API_KEY is set, offline otherwise; online; offline; disabled
-    project: str = "gspo"
-    entity: str | None = None
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
+    project: str = "gspo"  # W&B project
+    entity: str | None = None  # W&B entity (team or user); None: the key's default
+    group: str | None = None  # W&B group; None: the sweep's, or the run's own id
+    tags: list[str] = field(default_factory=list)  # extra W&B tags (the algorithm and swept values are added)
     progress: bool = True  # rich progress bar
     samples_per_step: int = 4  # completions written to samples.jsonl per step
 
@@ -129,7 +127,7 @@ class CollapseConfig:
     """When a run counts as collapsed (trainer/collapse.py); defaults fire on the high-lr collapses measured
     on the embedded task and stay silent on its default runs."""
 
-    enabled: bool = True
+    enabled: bool = True  # watch for a collapse at all
     window: int = 5  # steps in the training reward's moving average
     patience: int = 5  # steps the average must stay low before it counts
     reward_drop: float = 0.5  # collapsed below (1 - reward_drop) x the best moving average
@@ -148,18 +146,19 @@ class TrainConfig:
     minibatches: int = 4  # M updates per rollout batch (GSPO paper, sec. 5); M=1, E=1 is on-policy
     epochs: int = 1  # E passes over the rollout batch
     micro_batch_size: int | None = None  # gradient accumulation inside a minibatch; None: whole minibatch
-    lr: float = 1e-4
+    lr: float = 1e-4  # AdamW learning rate (after warmup)
     lr_schedule: str = "constant"  # constant, linear, cosine (after warmup)
     warmup_steps: int = 0  # optimizer steps
-    weight_decay: float = 0.0
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0  # AdamW decoupled weight decay
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # AdamW (beta1, beta2)
+    max_grad_norm: float = 1.0  # gradients are clipped to this global norm before each optimizer step
     eval_every: int = 10  # steps; 0 disables periodic eval (step 0 and the end still run)
     eval_greedy: bool = True  # also report greedy accuracy
     save_every: int = 10  # steps between checkpoints (a killed run resumes from the last); 0: only the final one
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
     on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch (undone whole; keeps a copy of the weights and optimizer state)
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
+    compile: bool = False  # torch.compile the model body for the log-prob forwards (update, scoring): on the embedded model's CPU benchmark the update takes ~35% less CPU, after ~100 s of compilation at the start (off: most runs here are shorter than that pays back)
     precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
     collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json
     stop_on_collapse: bool = False  # end the run (status finished, stopped: collapse) once it has collapsed
@@ -167,26 +166,28 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    benches: list[str] = field(default_factory=list)  # extra benchmarks during training: aime24, livecodebench, ...
+    benches: list[str] = field(default_factory=list)  # benchmarks of gspo eval, and extra ones during training: arith, aime24, livecodebench, codeforces
     k: int = 1  # samples per problem
     limit: int | None = None  # problems per benchmark
-    temperature: float = 1.0
+    greedy: bool = False  # decode the benchmarks greedily (temperature 0) instead of sampling at rollout.temperature
     max_new_tokens: int | None = None  # None: rollout.max_new_tokens
     workers: int = 2  # grading processes
     paths: dict[str, str] = field(default_factory=dict)  # bench -> local file overriding the hub id
     weak_sandbox: bool = False  # run model-written code without strong isolation (as GSPO_SANDBOX_WEAK=1)
+    run: str | None = None  # gspo eval: a run directory; its latest checkpoint is evaluated under the run's own config
+    output: str | None = None  # gspo eval without eval.run: where evals.jsonl goes; None: results/evals/<time>-<model>
 
 
 @dataclass
 class Config:
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # the policy loss and its advantages (group algo=)
+    model: ModelConfig = field(default_factory=ModelConfig)  # the policy (group model=)
+    task: TaskConfig = field(default_factory=TaskConfig)  # prompts, rewards and the held-out set (group task=)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # how completions are sampled (group rollout=)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)  # W&B and local logs (group logger=)
+    train: TrainConfig = field(default_factory=TrainConfig)  # the update: batch shape, optimizer, checkpoints
+    eval: EvalConfig = field(default_factory=EvalConfig)  # benchmark evals (gspo eval, and during training)
+    seed: int = 0  # every random draw of the run derives from (seed, step)
     device: str = "auto"  # auto: cuda when available, else cpu
     output_dir: str = "results/runs"  # runs go to <output_dir>/<run_id>/, relative to the current directory
     run_id: str | None = None  # None: <time>-<algo>-s<seed>

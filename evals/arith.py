@@ -90,6 +90,44 @@ def grade_arith(response: str, gold: str) -> bool:
     return answer is not None and int(answer) == int(gold)
 
 
+_PROMPT_RE = re.compile(r"(\d+)([+*])(\d+)=")
+
+
+def parse_prompt(prompt: str) -> ArithProblem:
+    """The problem a prompt states ("4821+3967=" -> ArithProblem(4821, 3967, "+"))."""
+    found = _PROMPT_RE.fullmatch(prompt)
+    if found is None:
+        raise ValueError(f"not an arith prompt: {prompt!r}")
+    return ArithProblem(int(found[1]), int(found[3]), found[2])
+
+
+def grade_steps(prompt: str, response: str) -> list[tuple[int, float]]:
+    """Each worked step of `response` graded on its own: (end, reward) per step, `end` the index just past
+    the step's last character (its ``|``, or the end of the response for the last part).
+
+    Step k of the scratchpad (the text before the last ``#``, split at ``|``) is right (1.0) when it
+    equals step k of the worked solution; the answer part (from the last ``#``) is right when the answer
+    is (`grade_arith`); extra or missing steps are wrong.
+
+    >>> grade_steps("48+39=", "8+9+0=17|4+3+1=07|#77")
+    [(9, 1.0), (18, 0.0), (21, 0.0)]
+    >>> grade_steps("48+39=", "8+9+0=17|4+3+1=08|#87")
+    [(9, 1.0), (18, 1.0), (21, 1.0)]
+    """
+    problem = parse_prompt(prompt)
+    gold_steps = problem.solution.split("|")[:-1]
+    mark = response.rfind(ANSWER_MARK)
+    body = response if mark < 0 else response[:mark]
+    out, start = [], 0
+    for k, part in enumerate(body.split("|")):
+        if part:  # the step runs through its '|'
+            out.append((min(start + len(part) + 1, len(body)), float(k < len(gold_steps) and part == gold_steps[k])))
+        start += len(part) + 1
+    if mark >= 0:
+        out.append((len(response), float(grade_arith(response, problem.gold))))
+    return out or [(len(response), 0.0)]
+
+
 def sample_problem(rng: random.Random, *, min_digits: int, max_digits: int, ops: str) -> ArithProblem:
     """One problem; addition takes two numbers of min..max digits, multiplication one and a digit 2..9."""
     op = rng.choice(ops)
@@ -132,33 +170,3 @@ def make_split(
 
 def is_held_out(problem: ArithProblem) -> bool:
     return zlib.crc32(problem.prompt.encode()) % 10 == 0
-
-
-@dataclass
-class ArithBenchmark:
-    """The embedded task's held-out split as a benchmark, so that every run has an eval with no network."""
-
-    name: str
-    problems: list
-
-    def grade(self, problem, responses: list[str], *, workers: int = 1) -> list:
-        from gspo.evals.benchmarks import Verdict
-
-        return [Verdict(ok, float(ok), "correct" if ok else "wrong_answer", {"extracted": extract_answer(r)})
-                for r in responses for ok in [grade_arith(r, problem.gold)]]
-
-    def score(self, verdicts: list[list], k: int) -> dict[str, float]:
-        from gspo.evals.benchmarks import score_verdicts
-
-        return score_verdicts(verdicts, k)
-
-
-def arith_benchmark(*, path: str | None = None, limit: int | None = None, min_digits: int = 3,
-                    max_digits: int = 5, ops: str = "+*", n: int = 128) -> ArithBenchmark:
-    """The held-out arithmetic problems (the same ones `gspo train` evaluates with these settings)."""
-    from gspo.evals.benchmarks import Problem
-
-    if path is not None:
-        raise GspoError("the arith benchmark is generated, not read: drop its path")
-    problems = make_split("test", limit or n, seed=0, min_digits=min_digits, max_digits=max_digits, ops=ops)
-    return ArithBenchmark("arith", [Problem(id=p.prompt, prompt=p.prompt, gold=p.gold) for p in problems])

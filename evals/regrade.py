@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
-from gspo.evals.benchmarks import Verdict, is_missing, read_records
-from gspo.evals.livecodebench import MEMORY_MB, TIMEOUT_S, decode_tests, grade_code_response
-from gspo.evals.math import grade_math_batch
+from gspo.evals.benchmarks.livecodebench import MEMORY_MB, TIMEOUT_S, decode_tests, grade_code_response
+from gspo.evals.benchmarks.types import Verdict
+from gspo.evals.graders.math import grade_math_batch
+from gspo.evals.parallel import parallel_map
+from gspo.evals.records import is_missing, read_records
 
 
 @dataclass
@@ -71,8 +73,6 @@ def regrade_code(
     function name: `fn_name` or `metadata.func_name`. Rows run `workers` at a time, each in its own
     sandbox; `progress` shows a progress bar.
     """
-    from gspo.evals.sandbox import parallel_map
-
     rows = _read_nonempty(path)
     jobs = [_code_job(rec, row, str(path)) for row, rec in rows]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals.aime import PROMPT_TEMPLATE
 from gspo.evals.benchmarks import load_benchmark
+from gspo.evals.benchmarks.aime import PROMPT_TEMPLATE
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -3,14 +3,15 @@
 import ast
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 import torch
 
-from gspo.algos import ALGOS, available, option_names, policy_loss, register
+from gspo.algos import ALGOS, REDUCTIONS, available, get, option_names, policy_loss, register
 
 F64 = torch.float64
-OPTIONS = ("aggregation", "max_len", "ref_logp", "kl_beta", "seq_denominator", "token_denominator")
+OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": ()}  # each algorithm's own (algo.options)
 METRICS = {
     "clip/token_frac", "clip/seq_frac", "clip/low_frac", "clip/high_frac", "clip/ratio_out_of_band_frac",
     "ratio/token_mean", "ratio/token_min", "ratio/token_max", "ratio/seq_mean", "ratio/seq_min",
@@ -28,7 +29,26 @@ def test_registered_names():
     assert available() == ("grpo", "gspo", "gspo_token")
     assert set(ALGOS) == set(available())
     for name in available():
-        assert option_names(name) == OPTIONS
+        assert option_names(name) == OPTIONS[name]
+
+
+def test_each_algorithm_declares_how_every_metric_reduces():
+    for name in available():
+        _, metrics = policy_loss(name, **inputs(), ref_logp=torch.zeros((2, 3), dtype=F64))
+        declared = get(name).metrics
+        assert set(metrics) <= set(declared) and set(declared.values()) <= set(REDUCTIONS)
+    assert get("gspo").metrics["clip/seq_frac"] == "seq_mean" and get("grpo").metrics["loss/policy"] == "sum"
+
+
+def test_the_config_vocabulary_is_the_registries():
+    # conf checks closed choices without importing torch, so it spells them out; they must agree
+    from gspo.algos import AGGREGATIONS, ESTIMATORS
+    from gspo.conf.choices import ADVANTAGES
+    from gspo.conf.choices import AGGREGATIONS as CONF_AGGREGATIONS
+    from gspo.conf.compose import _algorithm_names
+
+    assert CONF_AGGREGATIONS == AGGREGATIONS and ADVANTAGES == tuple(ESTIMATORS)
+    assert set(_algorithm_names()) == set(available())
 
 
 def test_unknown_algorithm_lists_the_known_ones():
@@ -36,37 +56,44 @@ def test_unknown_algorithm_lists_the_known_ones():
         policy_loss("ppo", **inputs())
 
 
-@pytest.mark.parametrize("name", ["grpo", "gspo", "gspo_token"])
-def test_unknown_option_is_named_not_ignored(name):
-    with pytest.raises(TypeError, match="'agregation'.*known: aggregation, max_len"):
-        policy_loss(name, **inputs(), agregation="token_mean")
+def test_unknown_option_is_named_not_ignored():
+    with pytest.raises(TypeError, match="'agregation'.*known: aggregation"):
+        policy_loss("grpo", **inputs(), agregation="token_mean")
 
 
-@pytest.mark.parametrize("name", ["grpo", "gspo", "gspo_token"])
-def test_unknown_aggregation_raises(name):
+def test_unknown_aggregation_raises():
     with pytest.raises(ValueError, match="token_sum"):
-        policy_loss(name, **inputs(), aggregation="token_sum")
+        policy_loss("grpo", **inputs(), aggregation="token_sum")
 
 
 @pytest.mark.parametrize("name", ["gspo", "gspo_token"])
-def test_gspo_warns_that_it_ignores_aggregation(name):
-    with pytest.warns(UserWarning, match="ignores aggregation='token_mean'"):
+def test_gspo_has_no_aggregation_to_ignore(name):
+    # GSPO weights each sequence once: an aggregation would be silently ignored, so it is no option
+    with pytest.raises(TypeError, match="'aggregation'.*known: none"):
         policy_loss(name, **inputs(), aggregation="token_mean")
 
 
 def test_register_rejects_duplicates_and_incomplete_functions():
     with pytest.raises(ValueError, match="already registered"):
-        register("grpo")(ALGOS["grpo"])
+        register("grpo", metrics={})(ALGOS["grpo"].loss)
     with pytest.raises(TypeError, match="mask"):
-        register("incomplete")(lambda *, logp, old_logp, advantages, clip_low, clip_high: None)
-    assert "incomplete" not in ALGOS
+        register("incomplete", metrics={})(lambda *, logp, old_logp, advantages, clip_low, clip_high: None)
+    with pytest.raises(TypeError, match="neither context nor options"):
+        register("undeclared", metrics={})(lambda *, logp, old_logp, advantages, mask, clip_low, clip_high, s=1: None)
+    with pytest.raises(ValueError, match="reductions"):
+        register("bad", metrics={"m": "median"})(lambda *, logp, old_logp, advantages, mask, clip_low, clip_high: None)
+    assert not {"incomplete", "undeclared", "bad"} & set(ALGOS)
 
 
 def test_a_registered_function_is_reachable_with_its_own_options():
+    @dataclass(frozen=True)
+    class ConstantOptions:
+        scale: float = 1.0
+
     def constant(*, logp, old_logp, advantages, mask, clip_low, clip_high, scale=1.0):
         return logp.sum() * scale, {}
 
-    register("test_constant")(constant)
+    register("test_constant", options=ConstantOptions, metrics={})(constant)
     try:
         logp = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.0, -0.5]], dtype=F64)  # sums to 1.25
         loss, _ = policy_loss("test_constant", **{**inputs(), "logp": logp}, scale=2.0)

@@ -41,8 +41,15 @@ def _code_rows(tmp: Path) -> Path:
 
 # (id, overrides, words the error line must contain, gets past config composition)
 CASES = [
-    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token"], False),
+    ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token, gspo_token_step"], False),
     ("unknown-group", ["optimizer=adam"], ["optimizer"], False),
+    ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", "grpo, gspo, gspo_token", "did you mean gspo?"], False),
+    ("aggregation-typo", ["algo=grpo", "algo.options.aggregation=tokn_mean"],
+     ["algo.options.aggregation='tokn_mean'", "seq_mean_token_sum_norm", "did you mean token_mean?"], False),
+    ("engine-typo", ["rollout.engine=vlm"], ["rollout.engine='vlm'", "hf, vllm", "did you mean vllm?"], False),
+    ("estimator-typo", ["algo.advantage=stepp"], ["algo.advantage='stepp'", "group, step", "did you mean step?"], False),
+    ("precision-typo", ["train.precision=bf61"], ["train.precision='bf61'", "did you mean bf16?"], False),
+    ("dtype-unknown", ["model.dtype=int8"], ["model.dtype='int8'", "float32, bfloat16, float16"], False),
     ("unknown-key", ["train.stepz=1"], ["train.stepz"], False),
     ("wrong-type", ["train.steps=abc"], ["train.steps", "abc"], False),
     ("group-of-one", ["train.group_size=1"], ["train.group_size=1", "at least 2"], False),
@@ -61,7 +68,10 @@ CASES = [
     ("output-dir-cannot-be-made", ["output_dir=/proc/gspo-runs"], ["/proc/gspo-runs", "cannot create"], True),
     ("latin1-task-file", ["task=math", "task.dataset={tmp}/latin1.jsonl"], ["latin1.jsonl", "not UTF-8"], True),
     ("resume-changes-the-run", ["resume=results/runs/done", "train.lr=1"], ["train.lr", "keeps its own config"], False),
-    ("precision-name", ["train.precision=fp8"], ["train.precision='fp8'", "auto, fp32, bf16 or fp16"], False),
+    ("sampler-name", ["rollout.sampler=fast"], ["rollout.sampler='fast'", "lean, generate"], False),
+    ("old-logp-source", ["algo.old_logp_source=cache"], ["algo.old_logp_source='cache'", "auto, recompute, engine"],
+     False),
+    ("precision-name", ["train.precision=fp8"], ["train.precision='fp8'", "auto, fp32, bf16, fp16"], False),
     ("fp32-on-bf16-weights", ["model.dtype=bfloat16", "train.precision=fp32"], ["train.precision=fp32", "bfloat16"],
      True),
     ("vllm-missing", ["rollout=vllm"], ["rollout=vllm", "not installed", "pip install"], True),

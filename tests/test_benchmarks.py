@@ -10,10 +10,10 @@ from gspo.evals.benchmarks import (
     Problem,
     Verdict,
     load_benchmark,
-    read_records,
     register_benchmark,
     score_verdicts,
 )
+from gspo.evals.records import read_records
 
 
 def test_builtin_names():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals.code import extract_code, lcb_output_matches, run_code, run_code_many, tokens_match
+from gspo.evals.graders.code import extract_code, lcb_output_matches, run_code, run_code_many, tokens_match
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
 LIMITS = {"timeout_s": 2.0, "memory_mb": 256}

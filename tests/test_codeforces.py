@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals.codeforces import (
+from gspo.evals.graders.codeforces import (
     codeelo_rating,
     codeforces_pass_rate,
     contest_from_api,

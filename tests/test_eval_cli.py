@@ -15,7 +15,7 @@ import pytest
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.rundir import _write_manifest
-from tests.conftest import TINY
+from tests.conftest import LEARNING_SEED, TINY
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "aime24.jsonl").exists(), reason="../shared/data not beside the repo")
@@ -30,15 +30,15 @@ def test_eval_run_checkpoint_on_aime_writes_rows_and_samples(gspo, finished_run,
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
     before = len(_rows(run / "evals.jsonl"))
-    result = gspo.invoke("eval", f"run={run}", "bench=aime24", f"bench.path={DATA / 'aime24.jsonl'}",
-                         "k=2", "limit=3", "max_new_tokens=8")
+    result = gspo.invoke("eval", f"eval.run={run}", "eval.benches=[aime24]", f"+eval.paths.aime24={DATA / 'aime24.jsonl'}",
+                         "eval.k=2", "eval.limit=3", "eval.max_new_tokens=8")
     assert result.exit_code == 0, (result.exception, result.output)
     rows = _rows(run / "evals.jsonl")[before:]
     by_metric = {r["metric"]: r for r in rows}
     assert {"avg@2", "pass@1", "pass@2", "n_problems"} <= set(by_metric)
     for r in rows:
         assert r["benchmark"] == "aime24" and r["k"] == 2 and r["n_problems"] == 3 and r["step"] == 2
-        assert r["model"].endswith("checkpoints/step_000002")
+        assert r["model"] == "tiny" and r["max_new_tokens"] == 8  # the run's model, at its checkpoint's step
     assert 0.0 <= by_metric["avg@2"]["value"] <= by_metric["pass@2"]["value"] <= 1.0
     samples = _rows(run / "eval_samples.jsonl")
     assert len(samples) == 3 * 2 and {s["id"] for s in samples} == {"2024-I-1", "2024-I-10", "2024-I-11"}
@@ -97,7 +97,7 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     trainer_accuracy = eval_task(engine, task, prompts, seed=0)["accuracy_greedy"]
     assert 0 < trainer_accuracy < 1 and trainer_accuracy == len(right) / 8
 
-    result = gspo.invoke("eval", f"run={run}", "bench=arith", "temperature=0")
+    result = gspo.invoke("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true")
     assert result.exit_code == 0, (result.exception, result.output)
     rows = {r["metric"]: r for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and "sample" not in r}
     assert rows["n_problems"]["value"] == 8
@@ -110,30 +110,36 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["bench=nope"], "unknown benchmark 'nope'"),
-        (["bench=aime24", "bench.path=/nonexistent/aime.jsonl"], "not found"),
-        (["bench=arith", "k=0"], "k=0"),
-        (["bench=arith", "frobnicate=1"], "unknown eval option 'frobnicate'"),
-        (["bench=arith", "k=two"], "k='two'"),
-        (["model=/nonexistent/checkpoint", "bench=arith"], "model path not found"),
+        (["eval.benches=[nope]"], "unknown benchmark 'nope'"),
+        (["eval.benches=[aime24]", "+eval.paths.aime24=/nonexistent/aime.jsonl"], "not found"),
+        (["eval.benches=[arith]", "eval.k=0"], "eval.k=0"),
+        (["eval.benches=[arith]", "frobnicate=1"], "frobnicate"),
+        (["eval.benches=[arith]", "eval.k=two"], "eval.k"),
+        (["model=hf", "model.name=/nonexistent/checkpoint", "eval.benches=[arith]"], "model path not found"),
         ([], "no benchmark given"),
+        (["bench=arith"], "old syntax: use eval.benches"),
+        (["eval.benches=[arith]", "limit=3"], "old syntax: use eval.limit"),
+        (["model=/some/checkpoint", "eval.benches=[arith]"], "model=hf model.name=/some/checkpoint"),
+        (["eval.benches=[arith]", "algo=grpo"], "only eval, rollout, logger, seed, device may be set"),
     ],
 )
 def test_eval_bad_input_is_one_line(gspo, finished_run, args, needle):
     """In-process: each bad input raises GspoError with a one-line message, which is exactly what the
     console script's handler prints as `error: ...` with exit code 2 (any other exception would print a
     traceback); the test below runs that handler for real."""
-    has_model = any(a.startswith(("model=", "run=")) for a in args)
-    result = gspo.invoke("eval", *([] if has_model else [f"run={finished_run}"]), *args)
+    has_model = any(a.startswith("model=") for a in args)
+    result = gspo.invoke("eval", *([] if has_model else [f"eval.run={finished_run}"]), *args)
     assert isinstance(result.exception, GspoError), (result.exception, result.output)
     assert needle in str(result.exception) and "\n" not in str(result.exception)
 
 
-@pytest.mark.parametrize(("args", "needle"), [(["bench=arith", "k=two"], "k='two'"),
-                                              (["model=/nonexistent/checkpoint", "bench=arith"], "model path not found")])
+@pytest.mark.parametrize(("args", "needle"), [(["eval.benches=[arith]", "eval.k=two"], "eval.k"),
+                                              (["bench=arith"], "old syntax"),
+                                              (["model=hf", "model.name=/nonexistent/checkpoint", "eval.benches=[arith]"],
+                                               "model path not found")])
 def test_eval_bad_input_through_the_console_script(gspo, finished_run, args, needle):
-    has_model = any(a.startswith(("model=", "run=")) for a in args)
-    result = gspo.subprocess("eval", *([] if has_model else [f"run={finished_run}"]), *args)
+    has_model = any(a.startswith("model=") for a in args)
+    result = gspo.subprocess("eval", *([] if has_model else [f"eval.run={finished_run}"]), *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], result.stderr
@@ -142,9 +148,45 @@ def test_eval_bad_input_through_the_console_script(gspo, finished_run, args, nee
 def test_eval_run_without_checkpoint_or_config(gspo, tmp_path):
     empty = tmp_path / "not-a-run"
     empty.mkdir()
-    result = gspo.subprocess("eval", f"run={empty}", "bench=arith")
+    result = gspo.subprocess("eval", f"eval.run={empty}", "eval.benches=[arith]")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("error: not a run directory")
+    assert "not a run directory" in result.stderr.strip().splitlines()[-1]
+
+
+def test_train_refuses_eval_run(gspo, finished_run):
+    result = gspo.invoke("train", f"eval.run={finished_run}")
+    assert isinstance(result.exception, GspoError) and "gspo eval" in str(result.exception)
+
+
+def test_periodic_eval_and_gspo_eval_write_identical_rows(gspo, tmp_path):
+    """One eval spine: a run evaluating `arith` as a benchmark during training, then `gspo eval` of its
+    final checkpoint with the same settings, sampled (not greedy): the rows and graded samples of the
+    training's last eval and of `gspo eval` are equal, value for value (same weights, same draws)."""
+    run = gspo.train(tmp_path, "spine", f"seed={LEARNING_SEED}", "train.steps=2", "eval.benches=[arith]", "eval.k=8")
+    training, training_samples = _rows(run / "evals.jsonl"), _rows(run / "eval_samples.jsonl")
+    result = gspo.invoke("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.k=8")
+    assert result.exit_code == 0, (result.exception, result.output)
+    evaluated = _rows(run / "evals.jsonl")[len(training):]
+    samples = _rows(run / "eval_samples.jsonl")[len(training_samples):]
+    assert {r["metric"] for r in evaluated} >= {"pass@1", "pass@8", "avg@8", "n_problems"}
+    assert all(r["step"] == 2 and r["temperature"] == 1.0 and r["k"] == 8 for r in evaluated)
+    assert training[-len(evaluated):] == evaluated
+    assert training_samples[-len(samples):] == samples and len(samples) == 8 * 8
+    assert 0 < sum(s["correct"] for s in samples) < len(samples)  # the values compared are not all 0 or all 1
+
+
+def test_eval_multirun_and_cfg(gspo, finished_run, tmp_path):
+    """`gspo eval -m`: one job per combination, each through the same eval; `--cfg` prints the config."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = len(_rows(run / "evals.jsonl"))
+    result = gspo.subprocess("eval", "-m", f"eval.run={run}", "eval.benches=[arith]", "eval.k=1,2", "eval.limit=3",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = _rows(run / "evals.jsonl")[before:]
+    assert {(r["k"], r["n_problems"]) for r in rows} == {(1, 3), (2, 3)}
+    result = gspo.invoke("eval", "--cfg", f"eval.run={run}", "eval.benches=[aime24]")
+    assert result.exit_code == 0 and "benches: [aime24]" in result.output and f"run: {run}" in result.output
 
 
 @needs_data
@@ -165,7 +207,7 @@ def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
-    result = gspo.subprocess("eval", f"run={run}", "bench=arith", "temperature=0", "wandb=offline")
+    result = gspo.subprocess("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true", "logger.wandb=offline")
     assert result.returncode == 0, result.stderr[-2000:]
     logs = [p for p in (run / "wandb").glob("offline-run-*/run-*.wandb")]
     assert len(logs) == 1
@@ -186,7 +228,8 @@ def test_unreachable_hub_fails_at_once_with_one_line(gspo, tmp_path):
 
     env = {k: v for k, v in gspo.env.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env["HF_ENDPOINT"] = "https://hub.gspo-test.invalid"
-    result = subprocess.run(["gspo", "eval", "model=some-org/some-model", "bench=arith"], cwd=tmp_path, env=env,
+    result = subprocess.run(["gspo", "eval", "model=hf", "model.name=some-org/some-model", "eval.benches=[arith]"],
+                            cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2
     assert "Retrying" not in result.stderr and "Traceback" not in result.stderr

@@ -59,9 +59,10 @@ def test_eval_local_model_on_three_benchmarks_graded_for_real(gspo, finished_run
     monkeypatch.setattr(evaluate.HFEngine, "generate", generate)
     model = finished_run / "checkpoints" / "step_000002"
     out = tmp_path / "evals"
-    args = [f"bench.{b}.path={DATA / f}" for b, f in FILES.items()]
-    result = gspo.invoke("eval", f"model={model}", "bench=aime24,livecodebench,codeforces", *args, "limit=2",
-                         f"output={out}", "temperature=0")
+    args = [f"+eval.paths.{b}={DATA / f}" for b, f in FILES.items()]
+    result = gspo.invoke("eval", "model=hf", f"model.name={model}", "model.dtype=float32", "model.chat_template=false",
+                         "eval.benches=[aime24,livecodebench,codeforces]", *args, "eval.limit=2",
+                         f"eval.output={out}", "eval.greedy=true", "logger=local")
     assert result.exit_code == 0, (result.exception, result.output)
     evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
     scores = {(r["benchmark"], r["metric"]): r["value"] for r in evals}
@@ -69,6 +70,7 @@ def test_eval_local_model_on_three_benchmarks_graded_for_real(gspo, finished_run
         assert scores[(bench, "pass@1")] == 0.5, (bench, scores)
         assert scores[(bench, "n_problems")] == 2
     assert {r["model"] for r in evals} == {str(model)} and {r["step"] for r in evals} == {None}
+    assert {r["temperature"] for r in evals} == {0.0}
     assert len(asked) == 6 and sum(any(k in p for k in ANSWERS) for p in asked) == 3
     samples = [json.loads(line) for line in (out / "eval_samples.jsonl").read_text().splitlines()]
     verdicts = {s["id"]: s["verdict"] for s in samples}

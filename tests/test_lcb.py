@@ -10,7 +10,7 @@ import pytest
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
-from gspo.evals.livecodebench import SYSTEM_MESSAGE, VERSION_FILES, decode_tests, lcb_problem
+from gspo.evals.benchmarks.livecodebench import SYSTEM_MESSAGE, VERSION_FILES, decode_tests, lcb_problem
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

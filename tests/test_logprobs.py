@@ -98,3 +98,34 @@ def test_the_head_never_sees_more_than_a_chunk(model, batch):
         hook.remove()
         model.zero_grad(set_to_none=True)
     assert max(rows) == 7 and sum(rows) == 2 * N * T
+
+
+@pytest.mark.slow  # ~30-100 s on 2 CPU cores: torch.compile's inductor builds C++ kernels
+def test_compiled_body_scores_what_the_eager_one_does():
+    """train.compile=true: completion_logprobs goes through a torch.compile'd copy of the body, same
+    values and gradients (fp32 tolerance), at two widths (dynamic shapes); the model's state dict is
+    unchanged (checkpoints keep their keys)."""
+    from gspo.evals.arith import ALPHABET
+    from gspo.trainer.logprobs import _COMPILED, compile_body
+    from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+
+    model = build_tiny_qwen3(len(build_char_tokenizer(ALPHABET)), hidden_size=32, num_layers=1,
+                             intermediate_size=64, num_heads=2, num_kv_heads=1, seed=0)
+    keys = list(model.state_dict())
+    results = {}
+    for name in ("eager", "compiled"):
+        if name == "compiled":
+            compile_body(model)
+        for width in (7, 11):
+            g = torch.Generator().manual_seed(width)
+            ids = torch.randint(3, 17, (4, 5 + width), generator=g)
+            mask = torch.ones_like(ids)
+            mask[0, :2] = 0  # a left-padded prompt
+            model.zero_grad()
+            logp, _ = completion_logprobs(model, ids, mask, width, chunk=16)
+            logp.sum().backward()
+            results[name, width] = (logp.detach(), model.lm_head.weight.grad.clone())
+    assert model in _COMPILED and list(model.state_dict()) == keys
+    for width in (7, 11):
+        for a, b in zip(results["eager", width], results["compiled", width], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

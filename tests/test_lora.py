@@ -52,7 +52,7 @@ def test_the_reference_is_the_base_with_adapters_off(lora_run):
 
 
 def test_gspo_eval_evaluates_a_lora_run(gspo, lora_run):
-    result = gspo.invoke("eval", f"run={lora_run}", "bench=arith", "limit=4", "temperature=0")
+    result = gspo.invoke("eval", f"eval.run={lora_run}", "eval.benches=[arith]", "eval.limit=4", "eval.greedy=true")
     assert result.exit_code == 0, (result.exception, result.output)
     rows = [json.loads(line) for line in (lora_run / "evals.jsonl").read_text().splitlines()]
     assert any(r["benchmark"] == "arith" and r["step"] == 2 and r["n_problems"] == 4 for r in rows)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import gspo.evals.math as math_mod
-from gspo.evals.math import grade_math, grade_math_batch, math_reward
+import gspo.evals.graders.math as math_mod
+from gspo.evals.graders.math import grade_math, grade_math_batch, math_reward
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

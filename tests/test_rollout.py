@@ -147,7 +147,7 @@ def test_model_generation_defaults_do_not_leak_into_sampling():
         return out
 
     model._prepare_generation_config = spy
-    _engine(model, tokenizer, max_new_tokens=4, temperature=0.7).generate(PROMPTS, seed=0)
+    _engine(model, tokenizer, max_new_tokens=4, temperature=0.7, sampler="generate").generate(PROMPTS, seed=0)
     (config,) = resolved
     # greedy search over RowSampler's scores (one token left per row): no warper of the model's runs
     assert not config.do_sample and config.repetition_penalty == 1.0 and config.min_p is None
@@ -216,15 +216,16 @@ def test_generate_in_several_batches_concatenates_consistently(tiny):
     torch.testing.assert_close(out.engine_logp, logp * out.completion_mask, rtol=0, atol=1e-5)
 
 
-def test_a_rows_completion_does_not_depend_on_its_batch(tiny):
+@pytest.mark.parametrize("sampler", ["lean", "generate"])
+def test_a_rows_completion_does_not_depend_on_its_batch(tiny, sampler):
     """Row i samples with seed + i whatever shares its batch: the rows [2, 8) of one call are the rows of a
     call on those prompts alone with seed + 2, and of calls with another batch size (what makes a rank's
-    share of a step's rollout equal to the same rows of a one-process rollout)."""
+    share of a step's rollout equal to the same rows of a one-process rollout), with either sampler."""
     model, tokenizer = tiny
     prompts = PROMPTS * 2
-    whole = _engine(model, tokenizer).generate(prompts, seed=7)
-    tail = _engine(model, tokenizer).generate(prompts[2:], seed=9)
-    small = _engine(model, tokenizer, batch_size=3).generate(prompts, seed=7)
+    whole = _engine(model, tokenizer, sampler=sampler).generate(prompts, seed=7)
+    tail = _engine(model, tokenizer, sampler=sampler).generate(prompts[2:], seed=9)
+    small = _engine(model, tokenizer, batch_size=3, sampler=sampler).generate(prompts, seed=7)
     assert tail.texts == whole.texts[2:] and small.texts == whole.texts
     assert len(set(whole.texts)) > 1
 
@@ -245,3 +246,72 @@ def test_row_sampler_draws_from_the_tempered_nucleus():
     probs = torch.softmax(sampling_logits(logits, temperature, top_p), -1).double()
     assert probs[-1] == 0 and freq[-1] == 0  # outside the nucleus: never drawn
     assert torch.all((freq - probs).abs() <= 4 * (probs * (1 - probs) / n).sqrt() + 1e-12)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])
+def test_lean_sampler_draws_what_generate_draws(tiny, temperature, top_p):
+    """The lean loop draws each token from the same distribution in the same way as transformers' generate
+    (row i from its own generator seeded seed + i, RowSampler, on the same probabilities; the model's own
+    sampling defaults, top_k=1 here, reach neither): on a fixed seed it returns the same tokens and the same log-probs of them. Greedy
+    decoding agrees."""
+    model, tokenizer = tiny
+    saved, model.generation_config.top_k = model.generation_config.top_k, 1
+    try:
+        out = {s: _engine(model, tokenizer, temperature=temperature, top_p=top_p, want_logprobs=True,
+                          sampler=s).generate(PROMPTS * 2, seed=3) for s in ("lean", "generate")}
+        greedy = {s: _engine(model, tokenizer, sampler=s).generate(PROMPTS, seed=0, greedy=True).texts
+                  for s in ("lean", "generate")}
+    finally:
+        model.generation_config.top_k = saved
+    lean, ref = out["lean"], out["generate"]
+    assert torch.equal(lean.input_ids, ref.input_ids) and lean.texts == ref.texts
+    assert torch.equal(lean.completion_mask, ref.completion_mask) and torch.equal(lean.truncated, ref.truncated)
+    assert len(set(lean.texts)) > 2  # sampled, not one greedy answer per prompt
+    torch.testing.assert_close(lean.engine_logp, ref.engine_logp, rtol=0, atol=1e-6)
+    assert greedy["lean"] == greedy["generate"]
+
+
+def test_lean_sampler_token_statistics_match_generate():
+    """256 completions each from the lean loop and from generate on a peaked model (output layer x6): the
+    unigram token frequencies agree (total variation ~0.03-0.05 between two samples of one distribution)
+    and the mean lengths too, while generate at 1.3x the temperature is told apart (~0.13)."""
+    model, tokenizer = _tiny(3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(6)
+
+    def sample(sampler: str, temperature: float) -> tuple[torch.Tensor, float]:
+        r = _engine(model, tokenizer, temperature=temperature, sampler=sampler).generate(PROMPTS * 64, seed=3)
+        ids = r.input_ids[:, -r.n_completion :][r.completion_mask.bool()]
+        return torch.bincount(ids, minlength=len(tokenizer)).float() / ids.numel(), r.completion_mask.sum(-1).mean()
+
+    (lean, lean_len), (ref, ref_len), (hot, _) = sample("lean", 1.0), sample("generate", 1.0), sample("generate", 1.3)
+    assert 0.5 * (lean - ref).abs().sum() < 0.08 < 0.5 * (hot - ref).abs().sum()
+    assert abs(lean_len - ref_len) < 0.1 * ref_len
+
+
+def test_lean_sampler_first_token_frequencies_follow_the_softmax(tiny):
+    """Token statistics, independent of generate: 2048 one-token draws for one prompt land on each token
+    as often as softmax(logits / T) says (total variation under 0.05; a wrong temperature gives ~0.2)."""
+    model, tokenizer = tiny
+    engine = _engine(model, tokenizer, temperature=0.5, max_new_tokens=1, batch_size=2048)
+    out = engine.generate(["12+34="] * 2048, seed=1)
+    counts = torch.bincount(out.input_ids[:, -1], minlength=len(tokenizer)).float() / 2048
+    enc = tokenizer(["12+34="], return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        probs = torch.softmax(model(**enc).logits[0, -1] / 0.5, -1)
+    assert 0.5 * (counts - probs).abs().sum() < 0.05
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])
+def test_lean_sampler_logprobs_and_entropy_are_the_trainers(tiny, temperature, top_p):
+    """What the sampler computes while it draws is what the trainer's scoring pass computes on the finished
+    batch (algo.old_logp_source=auto relies on this): log-probs and entropy to fp32 tolerance."""
+    model, tokenizer = tiny
+    out = _engine(model, tokenizer, temperature=temperature, top_p=top_p).generate(PROMPTS * 3, seed=7)
+    with torch.no_grad():
+        logp, entropy = completion_logprobs(model, out.input_ids, out.attention_mask, out.n_completion,
+                                            temperature=temperature, top_p=top_p, chunk=32, with_entropy=True)
+    mask = out.completion_mask
+    torch.testing.assert_close(out.engine_logp, logp * mask, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.engine_entropy, entropy * mask, rtol=0, atol=1e-5)
+    assert (logp * mask).abs().sum() > 1 and (entropy * mask).sum() > 1  # not a comparison of zeros

@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals import sandbox, sandbox_select
-from gspo.evals.code import run_code
-from gspo.evals.sandbox import Job, Sandbox, parallel_map, sandbox_backend, sandbox_protections
+from gspo.evals.graders.code import run_code
+from gspo.evals.parallel import parallel_map
+from gspo.evals.sandbox import Job, Sandbox, clear_probe_cache, sandbox_backend, sandbox_protections
 
 LIMITS = {"timeout_s": 0.5, "memory_mb": 128}
 FAILING = {"wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit", "compile_error"}
@@ -89,8 +89,7 @@ def test_protections_are_reported_as_booleans():
 
 
 def test_a_backend_missing_protections_says_so(caplog):
-    sandbox_select._probed.cache_clear()
-    sandbox_select._warn_weak.cache_clear()
+    clear_probe_cache()
     with caplog.at_level(logging.WARNING, logger="gspo.evals.sandbox"):
         prot = sandbox_protections("plain")
     missing = [k for k, ok in prot.items() if not ok]
@@ -140,7 +139,7 @@ def test_cpu_time_and_wall_time_are_measured():
 
 @pytest.mark.parametrize("backend", ["bwrap", "unshare", "plain"])
 def test_every_backend_runs_limits_and_cleans_up(backend):
-    if backend != "plain" and not sandbox.shutil.which(backend):
+    if backend != "plain" and not shutil.which(backend):
         pytest.skip(f"{backend} is not installed")
     with Sandbox(backend) as sb:
         assert sb.run(Job(code="print(sum(map(int, input().split())))", stdin="2 3\n")).stdout == "5\n"
@@ -254,7 +253,7 @@ def test_deleting_a_host_file(tmp_path):
 
 _GRADER = """
 import json, os, sys
-from gspo.evals.code import run_code
+from gspo.evals.graders.code import run_code
 code = sys.argv[1].replace("GRADER_PID", str(os.getpid()))
 r = run_code(code, [{"input": "", "output": sys.argv[2]}], timeout_s=0.5, memory_mb=128)
 print(json.dumps({"verdict": r.verdict, "stdout": r.tests[0].stdout, "stderr": r.tests[0].stderr}))

@@ -22,9 +22,8 @@ import psutil
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals.code import lcb_output_matches, run_code
-from gspo.evals.sandbox import BACKENDS, Job, Sandbox, sandbox_protections
-from gspo.evals.sandbox_select import STRONG
+from gspo.evals.graders.code import lcb_output_matches, run_code
+from gspo.evals.sandbox import BACKENDS, STRONG, Job, Sandbox, sandbox_protections
 
 LIMITS = {"timeout_s": 1.0, "memory_mb": 128}
 FAILING = {"wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit", "compile_error"}

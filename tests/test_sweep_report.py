@@ -172,7 +172,8 @@ def test_eval_rows_say_how_they_were_made_and_grade_reads_our_own_files(gspo, sw
     run = tmp_path / "run"
     shutil.copytree(_runs(sweep_dir)[0], run)
     training = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
-    result = gspo.invoke("eval", f"run={run}", "bench=arith", "temperature=0", "max_new_tokens=12")
+    result = gspo.invoke("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true",
+                         "eval.max_new_tokens=12")
     assert result.exit_code == 0, (result.exception, result.output)
     evaluated = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()][len(training):]
     assert [(r["step"], r["temperature"]) for r in training] == [(0, 1.0), (0, 0.0), (2, 1.0), (2, 0.0)]

@@ -39,12 +39,12 @@ def _spy(monkeypatch, module, name: str, record: list, pick):
 @pytest.mark.parametrize("scale", ["std", "none"])
 def test_adv_scale_and_aggregation_reach_the_update(gspo, tmp_path, monkeypatch, scale):
     """The advantages the update gets are the hand-computed ones from the step's rewards under
-    algo.adv_scale, and every loss call gets algo.aggregation and algo.kl_beta."""
+    algo.adv_scale, and every loss call gets algo.options.aggregation and algo.kl_beta."""
     batches, calls = [], []
     _spy(monkeypatch, loop, "update", batches, lambda *a, **k: a[3].advantages.clone())
     _spy(monkeypatch, update_module, "policy_loss", calls,
          lambda name, **k: (name, k["aggregation"], k["kl_beta"], k["ref_logp"] is not None))
-    run = gspo.train(tmp_path, f"scale-{scale}", *ONE_STEP, "algo=grpo", f"algo.adv_scale={scale}", "algo.aggregation=token_mean",
+    run = gspo.train(tmp_path, f"scale-{scale}", *ONE_STEP, "algo=grpo", f"algo.adv_scale={scale}", "algo.options.aggregation=token_mean",
                      "logger.samples_per_step=8")
     rewards = torch.tensor([s["reward"] for s in _rows(run / "samples.jsonl")], dtype=torch.float64).view(2, 4)
     centred = rewards - rewards.mean(1, keepdim=True)
@@ -115,6 +115,23 @@ def test_engine_logprobs_are_the_old_logprobs_and_the_mismatch_is_logged(gspo, t
     else:
         assert "mismatch/logp_abs_diff" not in row
         assert row["ratio/token_min"] == pytest.approx(1.0, abs=1e-5) and row["ratio/token_max"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_auto_old_logprobs_are_the_samplers_and_agree_with_a_recompute(gspo, tmp_path, monkeypatch):
+    """algo.old_logp_source=auto (the default) on the fp32 tiny model takes the old log-probs and the
+    entropy from the lean sampler, with no scoring forward; with one minibatch the update's ratios are then
+    exp(trainer - sampler) = 1 to fp32 tolerance, and the logged entropy is the recompute's."""
+    scored: list = []
+    _spy(monkeypatch, update_module, "score", scored, lambda *a, **k: True)
+    auto = _rows(gspo.train(tmp_path, "auto", *ONE_STEP, "train.minibatches=1") / "metrics.jsonl")[1]
+    assert scored == []
+    recompute = _rows(gspo.train(tmp_path, "recompute", *ONE_STEP, "train.minibatches=1",
+                                 "algo.old_logp_source=recompute") / "metrics.jsonl")[1]
+    assert scored == [True]
+    assert auto["ratio/token_min"] == pytest.approx(1.0, abs=1e-5)
+    assert auto["ratio/token_max"] == pytest.approx(1.0, abs=1e-5)
+    assert auto["policy/entropy"] == pytest.approx(recompute["policy/entropy"], abs=1e-5)
+    assert auto["reward/mean"] == recompute["reward/mean"]  # same draws
 
 
 def test_chat_template_wraps_training_and_eval_prompts(gspo, tmp_path, monkeypatch):

@@ -52,8 +52,9 @@ def batch() -> Batch:
     return Batch(rollout, adv, old_logp, ref_logp, LENGTHS)
 
 
-def _algo(name="grpo", **kw):
-    return SimpleNamespace(**{"name": name, "aggregation": "seq_mean_token_mean", "kl_beta": 0.0, **CLIP, **kw})
+def _algo(name="grpo", aggregation="seq_mean_token_mean", **kw):
+    options = {"aggregation": aggregation} if name == "grpo" else {}
+    return SimpleNamespace(**{"name": name, "options": options, "kl_beta": 0.0, **CLIP, **kw})
 
 
 def _train(**kw):
@@ -84,7 +85,7 @@ def _expected(batch: Batch, algo, *, with_ref: bool = False):
     logp, _ = completion_logprobs(model, r.input_ids, r.attention_mask, T)
     loss, metrics = policy_loss(
         algo.name, logp=logp, old_logp=batch.old_logp, advantages=batch.advantages, mask=r.completion_mask,
-        clip_low=algo.clip_low, clip_high=algo.clip_high, aggregation=algo.aggregation, max_len=T,
+        clip_low=algo.clip_low, clip_high=algo.clip_high, **algo.options, max_len=T,
         ref_logp=batch.ref_logp if with_ref else None, kl_beta=algo.kl_beta, seq_denominator=float(N),
         token_denominator=float(r.completion_mask.sum()))
     loss.backward()

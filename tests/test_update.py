@@ -14,12 +14,11 @@ import pytest
 import torch
 
 from gspo.algos import group_advantages
-from gspo.trainer.loop import _score
 from gspo.trainer.models import build_tiny_qwen3
 from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.update import Batch, to_host, update
+from gspo.trainer.update import Batch, score, to_host, update
 
 P, T = 3, 4  # prompt and completion widths
 LENGTHS = [2, 4, 1, 3]  # completion lengths of the four sequences
@@ -44,7 +43,8 @@ def _rollout(device: str) -> Rollout:
 
 def _config(algo: str, *, kl_beta: float = 0.0, aggregation: str = "seq_mean_token_mean", minibatches: int = 2):
     return SimpleNamespace(
-        algo=SimpleNamespace(name=algo, clip_low=0.2, clip_high=0.27, aggregation=aggregation, kl_beta=kl_beta),
+        algo=SimpleNamespace(name=algo, clip_low=0.2, clip_high=0.27, options={"aggregation": aggregation} if algo == "grpo" else {},
+                             kl_beta=kl_beta),
         train=SimpleNamespace(epochs=1, minibatches=minibatches, micro_batch_size=1, max_grad_norm=1.0,
                               logprob_chunk=5, lr=1e-3, adam_betas=[0.9, 0.99], weight_decay=0.0, steps=1,
                               warmup_steps=0, lr_schedule="constant"),
@@ -66,7 +66,8 @@ def test_scoring_update_and_losses_stay_on_the_models_device(algo):
     model, rollout = _model("meta"), _rollout("meta")
     cfg = _config(algo, kl_beta=0.1)
     precision = Precision(model, "fp32", torch.device("meta"))
-    old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True)
+    old_logp, entropy = score(model, rollout, precision=precision, train=cfg.train, sampling=cfg.rollout,
+                            with_entropy=True)
     assert old_logp.device.type == entropy.device.type == "meta"
     advantages = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0], device="meta"), 2)
     metrics = _run_update(model, cfg, rollout, advantages, old_logp=old_logp, ref_logp=old_logp.clone())
@@ -103,7 +104,7 @@ def test_dr_grpo_divides_by_the_configured_max_new_tokens_not_the_batch_width():
     model, rollout = _model("cpu"), _rollout("cpu")
     cfg = _config("grpo", aggregation="seq_mean_token_sum_norm", minibatches=1)
     precision = Precision(model, "fp32", torch.device("cpu"))
-    old_logp, _ = _score(model, rollout, cfg, precision)  # on-policy: every ratio is 1
+    old_logp, _ = score(model, rollout, precision=precision, train=cfg.train, sampling=cfg.rollout)  # on-policy: ratios 1
     advantages = torch.tensor([1.0, -1.0, 2.0, 0.0])
     metrics = to_host(_run_update(model, cfg, rollout, advantages, old_logp=old_logp))
     # -1/N sum_i 1/max_new_tokens sum_t A_i = -(2*1 + 4*(-1) + 1*2 + 3*0) / 8 / 4 = 0

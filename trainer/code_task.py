@@ -21,10 +21,10 @@ from pathlib import Path
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import Problem, load_benchmark
-from gspo.evals.code import extract_code, run_code
-from gspo.evals.livecodebench import MEMORY_MB
-from gspo.evals.sandbox import parallel_map
-from gspo.trainer.tasks import Item, Task, hold_out, uniform_draw
+from gspo.evals.benchmarks.livecodebench import MEMORY_MB
+from gspo.evals.graders.code import extract_code, run_code
+from gspo.evals.parallel import parallel_map
+from gspo.trainer.task_types import Item, Task, hold_out, uniform_draw
 
 
 def code_task(cfg) -> Task:

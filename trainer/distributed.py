@@ -161,20 +161,21 @@ def sum_grads(params: list[torch.Tensor], world: World) -> None:
         p.grad = g
 
 
-def _op(key: str) -> str:
-    return "min" if key.endswith("_min") else "max" if key.endswith("_max") else "sum"
-
-
-def reduce_parts(parts: dict[str, torch.Tensor], keys: list[str], device: torch.device,
+def reduce_parts(parts: dict[str, torch.Tensor], ops: dict[str, str], device: torch.device,
                  world: World) -> dict[str, torch.Tensor]:
-    """Metrics of the global minibatch from each rank's parts (`keys` all of them; a rank that held no row of
-    the minibatch has none, and contributes 0 to a sum, +inf to a min, -inf to a max)."""
+    """Each rank's partial sums / extremes of a global minibatch -> the global ones. `ops` names the
+    reduction ("sum", "min" or "max") of every metric any rank may have; the keys reduced are the union of
+    the ranks' keys (a rank that held no row of the minibatch has none, and contributes 0 to a sum, +inf to
+    a min, -inf to a max)."""
     if world.size == 1:
         return parts
+    present: list = [None] * world.size
+    dist.all_gather_object(present, sorted(parts))
+    keys = sorted({k for names in present for k in names})
     neutral = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
     out = {}
     for op, reduce_op in (("sum", dist.ReduceOp.SUM), ("min", dist.ReduceOp.MIN), ("max", dist.ReduceOp.MAX)):
-        names = [k for k in keys if _op(k) == op]
+        names = [k for k in keys if ops[k] == op]
         if not names:
             continue
         vals = torch.stack([parts[k].float() if k in parts else torch.tensor(neutral[op], device=device)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 
 from gspo.conf.errors import GspoError
+from gspo.trainer import vllm_engine
 from gspo.trainer.models import DTYPES
 from gspo.trainer.rollout import HFEngine
 
@@ -22,11 +23,11 @@ def make_engine(cfg, model, tokenizer):
     if r.engine == "hf":
         return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                         batch_size=r.batch_size, want_logprobs=cfg.algo.old_logp_source == "engine",
-                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None)
+                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler)
     if r.engine == "vllm":
         try:
-            from gspo.trainer.vllm_engine import VLLMEngine
+            engine_class = vllm_engine.VLLMEngine  # resolved on first use: imports vLLM
         except ImportError as e:
             raise GspoError(f"rollout=vllm needs vLLM: pip install 'gspo[vllm]' ({e})") from None
-        return VLLMEngine(cfg, model, tokenizer)
+        return engine_class(cfg, model, tokenizer)
     raise GspoError(f"rollout.engine={r.engine!r}: use hf or vllm")

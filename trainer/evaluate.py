@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
-from gspo.trainer.loggers import start_wandb, wandb_group, wandb_mode
+from gspo.trainer.engines import make_engine
+from gspo.trainer.loggers import Loggers
+from gspo.trainer.models import pick_device
+from gspo.trainer.policy import load_policy
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
-from gspo.trainer.tasks import Task
+from gspo.trainer.seeds import step_seed
+from gspo.trainer.task_types import Task
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:
@@ -57,6 +62,41 @@ def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:
     return texts
 
 
+def load_benches(cfg) -> list:
+    """The benchmarks of `eval.benches` (a file of `eval.paths` instead of the hub, the first `eval.limit`
+    problems); `arith` is the held-out set of the config's own arith task (digits, ops, size)."""
+    benches = []
+    for name in cfg.eval.benches:
+        task = cfg.task
+        options = ({"min_digits": task.min_digits, "max_digits": task.max_digits, "ops": task.ops, "n": task.eval_size}
+                   if name == "arith" and task.kind == "arith" else {})
+        benches.append(load_benchmark(name, path=cfg.eval.paths.get(name), limit=cfg.eval.limit, **options))
+    return benches
+
+
+def eval_benchmarks(cfg, engine, benches: list, step: int | None) -> tuple[dict, list[dict], list[dict]]:
+    """The one benchmark eval of `gspo train` (periodic) and `gspo eval`: `engine` on each benchmark, as
+    `cfg.eval` and `cfg.rollout` say, drawing from (seed, step) as the run's periodic eval at `step` does.
+
+    Returns (metrics per benchmark name, evals.jsonl rows, eval_samples.jsonl rows); every row says how
+    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems."""
+    greedy = cfg.eval.greedy
+    how = {"step": step, "model": cfg.model.name, "temperature": 0.0 if greedy else cfg.rollout.temperature,
+           "top_p": cfg.rollout.top_p, "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens}
+    seed = step_seed(cfg.seed, step or 0, "eval")
+    if benches and cfg.model.chat_template and engine.tokenizer.chat_template is None:
+        raise GspoError(f"model.chat_template=true but {cfg.model.name}'s tokenizer has no chat template: "
+                        "set model.chat_template=false")
+    metrics, rows, samples = {}, [], []
+    for bench in benches:
+        metrics[bench.name], graded = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
+                                                     workers=cfg.eval.workers, max_new_tokens=how["max_new_tokens"],
+                                                     greedy=greedy)
+        samples += [{"step": step, **s} for s in graded]
+        rows += eval_rows(bench.name, metrics[bench.name], n_problems=len(bench.problems), k=cfg.eval.k, **how)
+    return metrics, rows, samples
+
+
 def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int = 1,
                    max_new_tokens: int | None = None, greedy: bool = False) -> tuple[dict[str, float], list[dict]]:
     """Sample k completions per problem of `bench`, grade them with the benchmark's own grader.
@@ -77,115 +117,41 @@ def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int
     return bench.score(verdicts, k), samples
 
 
-@dataclass
-class EvalRequest:
-    """What `gspo eval` was asked: a model (a run's checkpoint, a local path, a hub id or "tiny") and benchmarks."""
-
-    benches: list[str]
-    run: str | None = None
-    model: str | None = None
-    paths: dict[str, str] = field(default_factory=dict)
-    k: int = 1
-    limit: int | None = None
-    temperature: float | None = None  # None: the run's rollout temperature, else 1.0; 0: greedy
-    top_p: float = 1.0
-    max_new_tokens: int | None = None  # None: the run's rollout.max_new_tokens, else 1024
-    workers: int = 2
-    seed: int = 0
-    batch_size: int = 64
-    output: str | None = None  # where evals.jsonl goes when no run is given
-    wandb: str = "disabled"  # auto, online, offline or disabled: a W&B run of job_type "eval"
-
-
-def run_eval(req: EvalRequest, log=print) -> Path:
-    """Generate and grade; append rows to <dir>/evals.jsonl and samples to <dir>/eval_samples.jsonl."""
-    if req.k < 1:
-        raise GspoError(f"k={req.k}: need at least one sample per problem")
-    options = _run_task_options(req.run)
-    benches = [load_benchmark(b, path=req.paths.get(b), limit=req.limit, **options.get(b, {})) for b in req.benches]
-    model, tokenizer, info = _eval_model(req, log)
-    out_dir = Path(req.run) if req.run else Path(req.output or Path("results") / "evals" / _stamp(info["model"]))
-    run = RunDir(out_dir)
+def run_eval(cfg, log=print) -> Path:
+    """`gspo eval`: the model of `cfg` (or the latest checkpoint of `eval.run`, under that run's config) on
+    `eval.benches`; rows appended to <dir>/evals.jsonl and samples to <dir>/eval_samples.jsonl through the
+    run's loggers, <dir> being the run's own folder or `eval.output`. Returns <dir>."""
+    if not cfg.eval.benches:
+        raise GspoError("no benchmark given: eval.benches=[aime24] (or several: eval.benches=[aime24,livecodebench])")
+    benches = load_benches(cfg)
+    model, tokenizer, step = _eval_model(cfg, log)
+    out_dir = Path(cfg.eval.run or cfg.eval.output or Path("results") / "evals" / _stamp(cfg.model.name))
     out_dir.mkdir(parents=True, exist_ok=True)
-    greedy = req.temperature == 0
-    settings = {"temperature": 0.0 if greedy else req.temperature or info["temperature"], "top_p": req.top_p,
-                "max_new_tokens": req.max_new_tokens or info["max_new_tokens"]}
-    engine = HFEngine(model, tokenizer, temperature=settings["temperature"] or info["temperature"], top_p=req.top_p,
-                      max_new_tokens=settings["max_new_tokens"], batch_size=req.batch_size)
-    tracker = _eval_wandb(req, out_dir, info)
-    for bench in benches:
-        metrics, samples = eval_benchmark(engine, bench, k=req.k, seed=req.seed, chat=info["chat"],
-                                          workers=req.workers, greedy=greedy)
-        if tracker is not None:
-            tracker.log({f"eval/{bench.name}/{m}": v for m, v in metrics.items()})
-        for s in samples:
-            run.append("eval_samples.jsonl", {"step": info["step"], **s})
-        for row in eval_rows(bench.name, metrics, step=info["step"], model=info["model"], n_problems=len(bench.problems),
-                             k=req.k, **settings):
-            run.append("evals.jsonl", row)
-        log(f"{bench.name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
-    if tracker is not None:
-        tracker.finish()
+    model.to(pick_device(cfg.device))
+    engine = make_engine(cfg, model, tokenizer)
+    loggers = Loggers(RunDir(out_dir), cfg, OmegaConf.to_container(cfg, resolve=True), job_type="eval")
+    try:
+        results, rows, samples = eval_benchmarks(cfg, engine, benches, step)
+        loggers.evals(rows, samples)
+    finally:
+        loggers.close()
+    for name, metrics in results.items():
+        log(f"{name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
     return out_dir
 
 
-def _eval_wandb(req: EvalRequest, out_dir: Path, info: dict):
-    """A W&B run for this eval, grouped with the training run it evaluates (None when disabled)."""
-    mode = wandb_mode(req.wandb)
-    if mode == "disabled":
-        return None
-    return start_wandb(mode, out_dir, project="gspo", job_type="eval", group=info.get("group"),
-                       name=f"eval-{Path(info['model']).name}",
-                       config={"model": info["model"], "step": info["step"], "benches": req.benches, "k": req.k})
-
-
-def _run_task_options(run: str | None) -> dict[str, dict]:
-    """For a run on the embedded task, `bench=arith` means that run's held-out problems."""
-    from omegaconf import OmegaConf
-
-    config = Path(run) / "config.yaml" if run else None
-    if config is None or not config.exists():
-        return {}
-    task = OmegaConf.load(config).task
-    if task.kind != "arith":
-        return {}
-    return {"arith": {"min_digits": task.min_digits, "max_digits": task.max_digits, "ops": task.ops, "n": task.eval_size}}
-
-
-def _eval_model(req: EvalRequest, log):
-    """(model, tokenizer, info) for a run's latest checkpoint, a path or hub id, or the embedded "tiny"."""
-    from omegaconf import OmegaConf
-
-    from gspo.conf import compose_config
-    from gspo.trainer.models import load_pretrained
-    from gspo.trainer.policy import load_policy
-
-    if req.run is not None and req.model is not None:
-        raise GspoError("give one of run=<run dir> or model=<path, hub id or tiny>, not both")
-    if req.run is None and req.model is None:
-        log("no run= or model= given: evaluating the embedded tiny model (model=tiny)")
-        req.model = "tiny"
-    if req.run is not None:
-        run = RunDir(Path(req.run))
-        if not (run.path / "config.yaml").exists():
-            raise GspoError(f"not a run directory (no config.yaml): {run.path}")
-        ckpt = run.latest_checkpoint()
-        if ckpt is None:
-            raise GspoError(f"run {run.path} has no checkpoint yet")
-        cfg = OmegaConf.load(run.path / "config.yaml")
-        model, tok = load_policy(cfg, log, path=str(ckpt), merge=True)  # a LoRA adapter folded into the base
-        step = int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
-        return model, tok, {"model": str(ckpt), "step": step, "chat": cfg.model.chat_template,
-                            "group": wandb_group(cfg, run.path.name),
-                            "temperature": cfg.rollout.temperature, "max_new_tokens": cfg.rollout.max_new_tokens}
-    if req.model == "tiny":
-        cfg = compose_config([])
-        model, tok = load_policy(cfg, log)
-        return model, tok, {"model": "tiny", "step": None, "chat": False, "temperature": 1.0,
-                            "max_new_tokens": cfg.rollout.max_new_tokens}
-    model, tok = load_pretrained(req.model)
-    return model, tok, {"model": req.model, "step": None, "chat": tok.chat_template is not None,
-                        "temperature": 1.0, "max_new_tokens": 1024}
+def _eval_model(cfg, log):
+    """(model, tokenizer, step) for the latest checkpoint of `eval.run`, else `cfg.model` (step None)."""
+    if cfg.eval.run is None:
+        if cfg.model.name == "tiny":
+            log("evaluating the embedded tiny model (model=tiny); another: model=hf model.name=<path or hub id>")
+        return *load_policy(cfg, log), None
+    run = RunDir(Path(cfg.eval.run))
+    ckpt = run.latest_checkpoint()
+    if ckpt is None:
+        raise GspoError(f"run {run.path} has no checkpoint yet")
+    model, tokenizer = load_policy(cfg, log, path=str(ckpt), merge=True)  # a LoRA adapter folded into the base
+    return model, tokenizer, int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
 
 
 def _stamp(model: str) -> str:

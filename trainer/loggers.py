@@ -35,12 +35,15 @@ def _finite(row: dict) -> dict:
 class Loggers:
     """Fan-out of one metrics row per step to the local files and, when enabled, to W&B."""
 
-    def __init__(self, run: RunDir, cfg, config_dict: dict):
+    def __init__(self, run: RunDir, cfg, config_dict: dict, job_type: str = "train"):
+        """`job_type` "train": the run's own W&B run (id = folder name, resumed with the run); "eval" (`gspo
+        eval`): a W&B run of its own in the training run's group, which logs each eval row's value."""
         self.run = run
         self.wandb = None
+        self.job_type = job_type
         mode = wandb_mode(cfg.logger.wandb)
         if mode != "disabled":
-            self.wandb = _start_wandb(run, cfg, config_dict, mode)
+            self.wandb = _start_wandb(run, cfg, config_dict, mode, job_type)
 
     def metrics(self, step: int, row: dict) -> None:
         row = _finite({"step": step, **row})
@@ -48,13 +51,14 @@ class Loggers:
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if v is not None and k != "step"}, step=step)
 
-    def evals(self, rows: list[dict]) -> None:
+    def evals(self, rows: list[dict], samples: tuple[dict, ...] | list[dict] = ()) -> None:
+        """evals.jsonl and eval_samples.jsonl; in training W&B gets the values with the step's metrics row."""
         for row in rows:
             self.run.append("evals.jsonl", _finite(row))
-
-    def eval_samples(self, rows: list[dict]) -> None:
-        for row in rows:
-            self.run.append("eval_samples.jsonl", row)
+        for sample in samples:
+            self.run.append("eval_samples.jsonl", sample)
+        if self.wandb is not None and self.job_type == "eval":
+            self.wandb.log({f"eval/{r['benchmark']}/{r['metric']}": r["value"] for r in rows})
 
     def samples(self, rows: list[dict]) -> None:
         for row in rows:
@@ -81,9 +85,9 @@ def wandb_group(cfg, folder: str) -> str:
     return cfg.logger.group or cfg.run_id or folder
 
 
-def _start_wandb(run: RunDir, cfg, config_dict: dict, mode: str):
-    return start_wandb(
-        mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity, group=wandb_group(cfg, run.path.name),
-        job_type="train", tags=list(cfg.logger.tags) or None, name=run.path.name, id=run.path.name.replace("/", "-"),
-        resume="allow", config=config_dict,
-    )
+def _start_wandb(run: RunDir, cfg, config_dict: dict, mode: str, job_type: str):
+    own = ({"name": run.path.name, "id": run.path.name.replace("/", "-"), "resume": "allow"} if job_type == "train"
+           else {"name": f"{job_type}-{run.path.name}"})
+    return start_wandb(mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity,
+                       group=wandb_group(cfg, run.path.name), job_type=job_type, tags=list(cfg.logger.tags) or None,
+                       config=config_dict, **own)

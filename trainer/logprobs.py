@@ -13,10 +13,24 @@ left the nucleus after an update gives a ratio of 0 instead of NaN.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
 OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any real logit
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled body
+
+
+def compile_body(model: torch.nn.Module) -> None:
+    """Score `model` (here: completion_logprobs, the update's and the scoring pass's forwards) through a
+    torch.compile'd copy of its decoder body, with dynamic shapes (every minibatch has its own width). The
+    model itself, its state dict and generation are untouched; the same function, fused kernels."""
+    _COMPILED[model] = torch.compile(_decoder(model), dynamic=True)
+
+
+def _decoder(model: torch.nn.Module) -> torch.nn.Module:
+    return model.get_decoder() if hasattr(model, "get_decoder") else model.model
 
 
 def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -37,15 +51,18 @@ def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
 
 
 def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                top_p: float):
+                top_p: float, with_entropy: bool = False):
+    """Log-probs of `targets` [chunk] and, with `with_entropy`, the entropies [chunk] (detached), from one
+    output-layer matmul: H = lse - sum_v p_v z_v, with p = exp(z - lse) of the same logits z."""
     logits = sampling_logits(head(hidden), temperature, top_p)  # [chunk, V]
     lse = torch.logsumexp(logits, dim=-1)
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-
-
-def _chunk_entropy(head: torch.nn.Module, hidden: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    logp = torch.log_softmax(sampling_logits(head(hidden), temperature, top_p), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        z, m = logits.detach(), lse.detach()
+        entropy = m - torch.linalg.vecdot(torch.exp(z - m.unsqueeze(-1)), z)
+    return logp, entropy
 
 
 def completion_logprobs(
@@ -66,7 +83,9 @@ def completion_logprobs(
     (detached), both of the sampling distribution: temperature, then the top-p nucleus.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    body = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    body = _COMPILED.get(model)  # not `or`: a compiled module has no truth value (len() raises)
+    if body is None:
+        body = _decoder(model)
     hidden = body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
     # the token at position j is predicted from the hidden state at j - 1
     h = hidden[:, -n_completion - 1 : -1, :]  # [N, T, H]
@@ -78,12 +97,13 @@ def completion_logprobs(
     for s in range(0, n * t, chunk):
         hs, ts = flat_h[s : s + chunk], flat_t[s : s + chunk]
         if torch.is_grad_enabled():
-            pieces.append(checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, use_reentrant=False))
+            out = checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, with_entropy, use_reentrant=False)
         else:
-            pieces.append(_chunk_logp(head, hs, ts, temperature, top_p))
+            out = _chunk_logp(head, hs, ts, temperature, top_p, with_entropy)
         if with_entropy:
-            with torch.no_grad():
-                ents.append(_chunk_entropy(head, hs.detach(), temperature, top_p))
+            out, ent = out
+            ents.append(ent)
+        pieces.append(out)
     logp = torch.cat(pieces).view(n, t)
     entropy = torch.cat(ents).view(n, t) if with_entropy else None
     return logp, entropy

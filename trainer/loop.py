@@ -11,28 +11,27 @@ Every random draw derives from (seed, step), so a resumed run continues as an un
 from __future__ import annotations
 
 import copy
-import hashlib
 import signal
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
-from gspo.algos import frac_zero_std_groups, group_advantages, mismatch_metrics
+from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
-from gspo.evals.benchmarks import load_benchmark
 from gspo.trainer import distributed
+from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
-from gspo.trainer.evaluate import eval_benchmark, eval_rows, eval_task, task_eval_rows
+from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.lora import adapters_disabled
+from gspo.trainer.logprobs import compile_body
 from gspo.trainer.models import pick_device
 from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
@@ -40,19 +39,18 @@ from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
+from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
-from gspo.trainer.tasks import Item, Task, build_task
-from gspo.trainer.update import Batch, to_host, update
-
-
-def step_seed(seed: int, step: int, salt: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}:{step}:{salt}".encode()).digest()[:4], "little")
+from gspo.trainer.task_types import Item, Task
+from gspo.trainer.tasks import build_task
+from gspo.trainer.update import Batch, old_logprobs, to_host, update
 
 
 def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     task = build_task(cfg.task)  # bad data fails here, before anything is written
-    benches = [load_benchmark(b, path=cfg.eval.paths.get(b), limit=cfg.eval.limit) for b in cfg.eval.benches]
+    check_algorithm(cfg.algo, task)
+    benches = load_benches(cfg)
     world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
     try:
         distributed.check_layout(cfg.train, world, cfg.rollout)
@@ -84,6 +82,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
     model.to(device)
+    if cfg.train.compile:
+        compile_body(model)
     precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
@@ -99,6 +99,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None)
         routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
         collapse = _collapse_detector(cfg, task, run)
+        conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
+        optim = Optim(precision, optimizer, scheduler)
         if start == 0 and world.main:  # [distributed] rank 0 evaluates; the others wait in the first step
             row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
             loggers.metrics(0, row0)
@@ -107,8 +109,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
                 try:
-                    row = train_step(cfg, step, model, ref_model, engine, task, (precision, optimizer, scheduler),
-                                     loggers, routing, world=world)
+                    row = train_step(step, conf, policy, optim, task, loggers, world=world)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
@@ -193,88 +194,114 @@ def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1)
     return [t for t in texts for _ in range(repeat)]
 
 
-def train_step(cfg, step, model, ref_model, engine, task: Task, optim, loggers,
-               routing: RoutingRecorder | None = None, *, world: World = World()) -> dict:
-    """One rollout batch and its updates; returns the step's metrics row. `optim`: (precision, optimizer,
-    scheduler). Every tensor lives on the model's device; the vLLM engine's CPU rollout is moved there once.
-    With several processes (`world`), this rank generates and scores its own groups, and the update and
-    the row are the whole batch's (trainer/distributed.py)."""
-    precision, optimizer, scheduler = optim
+@dataclass(frozen=True)
+class StepConfig:
+    """The parts of the config one step reads (the config's own typed nodes: algo, train, rollout)."""
+
+    algo: Any
+    train: Any
+    sampling: Any  # cfg.rollout
+    seed: int
+    chat: bool  # model.chat_template
+    samples_per_step: int  # logger.samples_per_step
+
+    @classmethod
+    def of(cls, cfg) -> StepConfig:
+        return cls(cfg.algo, cfg.train, cfg.rollout, cfg.seed, cfg.model.chat_template, cfg.logger.samples_per_step)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a step samples from and updates: the model, its frozen reference (None: no KL term), the
+    rollout engine and, on MoE models, the routing recorder."""
+
+    model: torch.nn.Module
+    ref_model: torch.nn.Module | None
+    engine: Any
+    routing: RoutingRecorder | None = None
+
+
+@dataclass(frozen=True)
+class Optim:
+    precision: Precision
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+
+
+def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: Task, loggers, *,
+               world: World = World()) -> dict:
+    """One rollout batch and its updates; returns the step's metrics row. Every tensor lives on the model's
+    device; the vLLM engine's CPU rollout is moved there once. With several processes (`world`), this rank
+    generates and scores its own groups, and the update and the row are the whole batch's
+    (trainer/distributed.py)."""
+    precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
     t0 = time.perf_counter()
-    t, G = cfg.train, cfg.train.group_size
-    groups = distributed.group_range(t.prompts_per_step, world)  # [distributed] this rank's groups (all: one process)
-    items = task.train_items(seed=cfg.seed, step=step, n=t.prompts_per_step)[groups.start : groups.stop]
-    prompts = format_prompts(engine.tokenizer, items, chat=cfg.model.chat_template, repeat=G)
+    groups = distributed.group_range(conf.train.prompts_per_step, world)  # [distributed] this rank's groups
+    items = task.train_items(seed=conf.seed, step=step, n=conf.train.prompts_per_step)[groups.start : groups.stop]
+    prompts = format_prompts(engine.tokenizer, items, chat=conf.chat, repeat=G)
     # row i of the step samples with seed + i whichever rank generates it
-    rollout = engine.generate(prompts, seed=step_seed(cfg.seed, step, "rollout") + groups.start * G).to(precision.device)
+    rollout = engine.generate(prompts, seed=step_seed(conf.seed, step, "rollout") + groups.start * G).to(precision.device)
+    t_gen = time.perf_counter()
     golds = [it.gold for it in items for _ in range(G)]
     rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
-        advantages = group_advantages(rewards, G, eps=cfg.algo.adv_eps, scale=cfg.algo.adv_scale)  # [N]
-        old_logp, entropy = _score(model, rollout, cfg, precision, with_entropy=True, routing=routing)
-        ref_logp = None
-        if ref_model is not None:
-            with adapters_disabled(ref_model):
-                ref_logp = _score(ref_model, rollout, cfg, precision)[0]
+        advantages = rollout_advantages(algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
+                                        rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
+        old_logp, entropy, ref_logp = old_logprobs(policy.model, policy.ref_model, rollout, precision=precision,
+                                                   algo=algo, train=conf.train, sampling=conf.sampling,
+                                                   routing=policy.routing)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
-        batch = Batch(rollout, advantages, rollout.engine_logp if cfg.algo.old_logp_source == "engine" else old_logp,
-                      ref_logp, lengths, routing, shard=distributed.row_shard(lengths, G, groups, world))
+        batch = Batch(rollout, advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp,
+                      ref_logp, lengths, policy.routing, shard=distributed.row_shard(lengths, G, groups, world))
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
-        metrics = to_host(update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=t,
-                                 rollout=cfg.rollout, seed=step_seed(cfg.seed, step, "shuffle"),
-                                 undoable=t.on_nonfinite == "skip"))
+        t_scored = time.perf_counter()
+        metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
+                                 train=conf.train, rollout=conf.sampling, seed=step_seed(conf.seed, step, "shuffle"),
+                                 undoable=conf.train.on_nonfinite == "skip"))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise
     finally:
-        engine.sync_weights(model)
+        engine.sync_weights(policy.model)
     t2 = time.perf_counter()
+    times = {"generate": t_gen - t0, "grade": t1 - t_gen, "old_logp": t_scored - t1, "updates": t2 - t_scored}
+    # [distributed] the row is the step's batch: every rank's rows, gathered in rank (= row) order
     whole = [distributed.gather_rows(x, world) for x in (rewards, rollout.completion_mask, rollout.truncated, entropy)]
-    rewards, mask, truncated, entropy = whole  # [distributed] the step's batch, all ranks' rows
+    row = step_row(task.name, G, *whole, metrics, times)
+    if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
+        old_all, engine_all = (distributed.gather_rows(x, world) for x in (old_logp, rollout.engine_logp))
+        row |= to_host(mismatch_metrics(logp=old_all, engine_logp=engine_all, mask=whole[1],
+                                        clip_low=algo.clip_low, clip_high=algo.clip_high))
+    loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step))
+    return row
+
+
+def step_row(task_name: str, group_size: int, rewards, mask, truncated, entropy, update_metrics: dict,
+             times: dict[str, float]) -> dict:
+    """A step's metrics row from the step's rewards [N], completion mask [N, T], truncated flags [N] and
+    entropies [N, T]: rewards, completion lengths, the policy's entropy, the update's metrics and the step's
+    timings (`times`: seconds of generate, grade, old_logp, updates), read to the host here."""
     lengths = mask.sum(-1)
-    row = {
+    step_s = sum(times.values())
+    return {
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item(),
-        f"reward/{task.name}": rewards.mean().item(),
-        "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, G).item(),
+        f"reward/{task_name}": rewards.mean().item(),
+        "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, group_size).item(),
         "completion/len_mean": lengths.mean().item(),
         "completion/len_max": lengths.max().item(),
         "completion/truncated_frac": truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
-        **metrics,
-        "time/rollout_s": t1 - t0,
-        "time/update_s": t2 - t1,
-        "time/step_s": t2 - t0,
-        "throughput/tokens_per_s": lengths.sum().item() / max(t2 - t0, 1e-9),
+        **update_metrics,
+        "time/rollout_s": times["generate"] + times["grade"],
+        "time/update_s": times["old_logp"] + times["updates"],
+        "time/step_s": step_s,
+        # the split of the step: sampling, grading, old (and reference) log-probs, the optimizer updates
+        **{f"time/{k}_s": v for k, v in times.items()},
+        "throughput/tokens_per_s": lengths.sum().item() / max(step_s, 1e-9),
     }
-    if rollout.engine_logp is not None:
-        old_logp, engine_logp = (distributed.gather_rows(x, world) for x in (old_logp, rollout.engine_logp))
-        row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=engine_logp, mask=mask,
-                                        clip_low=cfg.algo.clip_low, clip_high=cfg.algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, rewards, golds, cfg.logger.samples_per_step))
-    return row
-
-
-@torch.no_grad()
-def _score(model, rollout: Rollout, cfg, precision: Precision, *, with_entropy: bool = False,
-           routing: RoutingRecorder | None = None):
-    """Log-probs (and entropy) of the sampled tokens under `model`, in row chunks to bound memory; with
-    `routing`, the experts each token was sent to are recorded for the update (MoE models)."""
-    rows = cfg.train.micro_batch_size or max(1, rollout.input_ids.shape[0] // cfg.train.minibatches)
-    if routing is not None:
-        routing.start_batch(rollout.attention_mask)
-    logps, ents = [], []
-    for s in range(0, rollout.input_ids.shape[0], rows):
-        with precision.autocast(), routing.recording(slice(s, s + rows)) if routing is not None else nullcontext():
-            lp, ent = completion_logprobs(model, rollout.input_ids[s : s + rows], rollout.attention_mask[s : s + rows],
-                                          rollout.n_completion, temperature=cfg.rollout.temperature,
-                                          top_p=cfg.rollout.top_p, chunk=cfg.train.logprob_chunk,
-                                          with_entropy=with_entropy)
-        logps.append(lp * rollout.completion_mask[s : s + rows])
-        ents.append(ent)
-    return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
 
 
 def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int) -> list[dict]:
@@ -287,22 +314,15 @@ def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int) -> list[di
 
 def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Loggers, log) -> dict:
     """Held-out accuracy of the task (sampled at the training temperature, and greedy), then any
-    configured benchmarks (`eval.benches`) through the same code as `gspo eval`."""
-    seed = step_seed(cfg.seed, step, "eval")
+    configured benchmarks (`eval.benches`) through the same function as `gspo eval`."""
     prompts = format_prompts(engine.tokenizer, task.eval_items, chat=cfg.model.chat_template)
-    how = {"step": step, "model": cfg.model.name, "top_p": cfg.rollout.top_p}
-    task_metrics = eval_task(engine, task, prompts, seed=seed, greedy=cfg.train.eval_greedy)
+    task_metrics = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy)
     loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
-                                 max_new_tokens=cfg.rollout.max_new_tokens, **how))
-    results = {task.name: task_metrics}
-    for bench in benches:
-        metrics, samples = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
-                                          workers=cfg.eval.workers, max_new_tokens=cfg.eval.max_new_tokens)
-        results[bench.name] = metrics
-        loggers.eval_samples([{"step": step, **s} for s in samples])
-        loggers.evals(eval_rows(bench.name, metrics, n_problems=len(bench.problems), k=cfg.eval.k,
-                                temperature=cfg.rollout.temperature, **how,
-                                max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens))
+                                 max_new_tokens=cfg.rollout.max_new_tokens, step=step, model=cfg.model.name,
+                                 top_p=cfg.rollout.top_p))
+    bench_metrics, rows, samples = eval_benchmarks(cfg, engine, benches, step)
+    loggers.evals(rows, samples)
+    results = {task.name: task_metrics, **bench_metrics}
     row = {}
     for name, metrics in results.items():
         log(f"step {step}: " + ", ".join(f"eval/{name}/{k} {v:.3f}" for k, v in metrics.items()))

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from gspo.trainer.logprobs import sampling_logits
 
@@ -27,6 +27,7 @@ class Rollout:
     texts: list[str]  # decoded completions, special tokens removed
     truncated: torch.Tensor  # [N] bool: no eos within max_new_tokens
     engine_logp: torch.Tensor | None = None  # [N, T] the sampler's log-probs of the chosen tokens
+    engine_entropy: torch.Tensor | None = None  # [N, T] the sampler's entropy at each completion position
 
     @property
     def n_completion(self) -> int:
@@ -56,11 +57,21 @@ def completion_mask_from_eos(completion: torch.Tensor, eos_ids: list[int]) -> tu
 
 
 class HFEngine:
-    """Sampling with transformers' `generate`: the reference engine, on any device."""
+    """Sampling with the trained transformers model itself, on any device.
+
+    `sampler="lean"` (the default) runs its own decoding loop: one prefill, then one forward per new token
+    on a KV cache, drawing each token from softmax(sampling_logits(logits)), the distribution the trainer
+    scores, with row i's own generator (`RowSampler`, seeded seed + i), exactly as `generate` draws it
+    through the same sampler (same tokens from the same seed). It
+    also returns the log-prob of each chosen token and the entropy of each step's distribution, from the
+    logits it samples from: at the trainer's precision these are the old policy's (algo.old_logp_source=
+    auto). `sampler="generate"` calls transformers' `generate`, the general reference.
+    """
 
     def __init__(self, model, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int,
-                 batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None):
-        self.model, self.tokenizer = model, tokenizer
+                 batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None,
+                 sampler: str = "lean"):
+        self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         # a sampler in lower precision than the trainer (rollout.dtype): the mismatch inference engines have
         self.autocast_dtype = autocast_dtype
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
@@ -102,29 +113,77 @@ class HFEngine:
         # (Qwen3 ships top_k=20, top_p=0.95, ...), so the neutral config stands in for it during the call:
         # the sampler must draw from softmax(logits / T) (with top-p) exactly, as the trainer scores it
         self.model.generation_config = config
+        engine_logp = engine_entropy = None
         try:
             with torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-                out = self.model.generate(**enc, generation_config=config,
-                                          logits_processor=LogitsProcessorList([sampler] if sampler else []))
+                if self.sampler == "lean":
+                    completion, engine_logp, engine_entropy = self._decode(enc.input_ids, enc.attention_mask,
+                                                                           sampler=sampler,
+                                                                           max_new_tokens=max_new_tokens)
+                else:
+                    out = self.model.generate(**enc, generation_config=config,
+                                              logits_processor=LogitsProcessorList([sampler] if sampler else []))
+                    completion = out.sequences[:, enc.input_ids.shape[1]:]  # [N, T]
         finally:
             self.model.generation_config = saved
             self.model.train(was_training)
-        prompt_len = enc.input_ids.shape[1]
-        completion = out.sequences[:, prompt_len:]  # [N, T]
         mask, truncated = completion_mask_from_eos(completion, self.eos_ids)
         completion = torch.where(mask.bool(), completion, torch.full_like(completion, self.tokenizer.pad_token_id))
-        engine_logp = None
-        if self.want_logprobs:
+        if self.sampler != "lean" and self.want_logprobs:
             logits = sampling_logits(torch.stack(out.logits, dim=1), self.temperature, self.top_p)  # [N, T, V]
-            engine_logp = torch.log_softmax(logits, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1) * mask
+            engine_logp = torch.log_softmax(logits, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         return Rollout(
             input_ids=torch.cat([enc.input_ids, completion], dim=1),
             attention_mask=torch.cat([enc.attention_mask, mask.long()], dim=1),
             completion_mask=mask,
             texts=self.tokenizer.batch_decode(completion, skip_special_tokens=True),
             truncated=truncated,
-            engine_logp=engine_logp,
+            engine_logp=engine_logp * mask if engine_logp is not None else None,
+            engine_entropy=engine_entropy * mask if engine_entropy is not None else None,
         )
+
+    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, sampler: RowSampler | None,
+                max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The lean sampling loop: [N, P] left-padded prompts -> completion ids [N, T] (pad after a row's
+        eos; T <= max_new_tokens, shorter when every row ended), and when sampling (`sampler` given; None is
+        greedy) the chosen tokens' log-probs [N, T] and the entropies [N, T] of the sampling distribution.
+        Row i draws from its own generator (`sampler`, seeded seed + i), the draws `generate` makes with the
+        same sampler, token for token; ended rows keep their place, and it checks once per token whether
+        every row has ended (one host sync per token)."""
+        greedy = sampler is None
+        n = input_ids.shape[0]
+        pad = self.tokenizer.pad_token_id
+        eos = torch.tensor(self.eos_ids, device=input_ids.device)
+        position = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        position = position[:, -1:]
+        ones = attention_mask.new_ones(n, 1)
+        done = torch.zeros(n, dtype=torch.bool, device=input_ids.device)
+        tokens, logps, ents = [], [], []
+        for t in range(max_new_tokens):
+            logits = sampling_logits(out.logits[:, -1].float(), self.temperature, self.top_p)  # [N, V]
+            if greedy:
+                token = logits.argmax(-1)
+            else:
+                probs, logp = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
+                token = sampler.draw(probs)  # row i from its own generator, as generate draws it
+                logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+                ents.append(-(probs * logp).sum(-1))
+            token = token.masked_fill(done, pad)
+            tokens.append(token)
+            done = done | torch.isin(token, eos)
+            if t + 1 == max_new_tokens or bool(done.all()):
+                break
+            attention_mask = torch.cat([attention_mask, ones], dim=1)
+            position = position + 1
+            out = self.model(input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=position,
+                             past_key_values=cache, use_cache=True)
+        completion = torch.stack(tokens, dim=1)
+        if greedy:
+            return completion, None, None
+        return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
 
 
 class RowSampler(LogitsProcessor):
@@ -138,11 +197,15 @@ class RowSampler(LogitsProcessor):
         self.gens = [torch.Generator(device).manual_seed(s) for s in seeds]
         self.temperature, self.top_p = temperature, top_p
 
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        probs = torch.softmax(sampling_logits(scores, self.temperature, self.top_p), dim=-1)  # [n, V]
+    def draw(self, probs: torch.Tensor) -> torch.Tensor:
+        """[n, V] probabilities -> [n] token ids, row i drawn with generator i (the lean loop calls it too)."""
         # exponential race: argmax_v p_v / E_v with E_v ~ Exp(1) i.i.d. is v with probability p_v
         noise = torch.stack([torch.empty_like(probs[0]).exponential_(generator=g) for g in self.gens])
-        chosen = (probs / noise).argmax(dim=-1, keepdim=True)  # [n, 1]
+        return (probs / noise).argmax(dim=-1)  # [n]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)  # [n, V]
+        chosen = self.draw(probs).unsqueeze(-1)  # [n, 1]
         return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
 
 
@@ -172,4 +235,6 @@ def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
         texts=[s for r in parts for s in r.texts],
         truncated=torch.cat([r.truncated for r in parts]),
         engine_logp=torch.cat([pad_t(r.engine_logp) for r in parts]) if parts[0].engine_logp is not None else None,
+        engine_entropy=(torch.cat([pad_t(r.engine_entropy) for r in parts])
+                        if parts[0].engine_entropy is not None else None),
     )

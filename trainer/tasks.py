@@ -8,58 +8,14 @@ resumed run sees what an uninterrupted one would) and grades completions with th
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
-from gspo.evals.arith import grade_arith, is_held_out, make_split, sample_problem
-from gspo.evals.benchmarks import load_hub_rows, read_records
-
-
-@dataclass(frozen=True)
-class Item:
-    prompt: str
-    gold: str  # the answer, or (code) the problem's id
-    system: str | None = None  # a system message for chat templates (the code benchmarks' own)
-
-
-Scorer = Callable[[list[str], list[str]], list[float]]  # (responses, golds) -> rewards
-
-
-@dataclass
-class Task:
-    name: str  # metric names: reward/<name>, eval/<name>/accuracy
-    eval_items: list[Item]
-    _draw: Callable[[random.Random, int], list[Item]]
-    _score: Scorer
-
-    def train_items(self, *, seed: int, step: int, n: int) -> list[Item]:
-        """The `n` prompts of training step `step`; the same for the same (seed, step)."""
-        return self._draw(random.Random(f"{seed}:train:{step}"), n)
-
-    def rewards(self, responses: list[str], golds: list[str]) -> list[float]:
-        """Rewards of a batch of responses, in order (a code task grades them in parallel)."""
-        return self._score(responses, golds)
-
-
-def graded_by(grader: Callable[[str, str], bool]) -> Scorer:
-    """A scorer giving 1 where `grader(response, gold)` holds, else 0."""
-    return lambda responses, golds: [float(grader(r, g)) for r, g in zip(responses, golds, strict=True)]
-
-
-def hold_out(items: list[Item], eval_size: int) -> tuple[list[Item], list[Item]]:
-    """(training items, held-out items): `eval_size` items drawn by a fixed seed, kept in their order."""
-    if len(items) <= eval_size:
-        raise GspoError(f"task.dataset has {len(items)} rows: too few to hold out task.eval_size={eval_size}")
-    order = list(range(len(items)))
-    random.Random("heldout").shuffle(order)
-    held = set(order[:eval_size])
-    return [it for i, it in enumerate(items) if i not in held], [items[i] for i in sorted(held)]
-
-
-def uniform_draw(items: list[Item]) -> Callable[[random.Random, int], list[Item]]:
-    return lambda rng, n: [items[rng.randrange(len(items))] for _ in range(n)]
+from gspo.evals.arith import grade_arith, grade_steps, is_held_out, make_split, sample_problem
+from gspo.evals.graders.math import grade_math
+from gspo.evals.records import load_hub_rows, read_records
+from gspo.trainer.code_task import code_task
+from gspo.trainer.task_types import Item, Task, graded_by, hold_out, uniform_draw
 
 
 def build_task(cfg) -> Task:
@@ -67,8 +23,6 @@ def build_task(cfg) -> Task:
     if cfg.kind == "arith":
         return _arith_task(cfg)
     if cfg.kind == "code":
-        from gspo.trainer.code_task import code_task
-
         return code_task(cfg)
     return _math_task(cfg)
 
@@ -85,12 +39,10 @@ def _arith_task(cfg) -> Task:
                 out.append(Item(p.prompt, p.gold))
         return out
 
-    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith))
+    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith), _steps=grade_steps)
 
 
 def _math_task(cfg) -> Task:
-    from gspo.evals import grade_math
-
     rows = _load_rows(cfg.dataset, cfg.subset, cfg.split)
     items = [_math_item(cfg, row, i) for i, row in rows]
     if cfg.eval_split:

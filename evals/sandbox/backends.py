@@ -1,5 +1,5 @@
 """Sandbox backends: the command that launches the runner through each (the probe that picks one lives
-in sandbox_select).
+in choose).
 
 Backends, best first, each probed once per process by running a probe program through it. The sandbox
 fails closed: the first backend that shows every STRONG protection (host filesystem hidden, nothing
@@ -10,7 +10,7 @@ line saying what to install, unless weak isolation is accepted explicitly (GSPO_
            Python prefix and a few /etc files; a size-capped tmpfs /tmp as the only writable place;
            no capabilities; nested user namespaces disabled where bwrap supports it.
   unshare  util-linux unshare into user, mount, pid, net, ipc and uts namespaces, then the same view
-           of the filesystem as bwrap, built by sandbox_unshare; no capabilities, no nested user namespaces.
+           of the filesystem as bwrap, built by unshare.py; no capabilities, no nested user namespaces.
   plain    a process group with rlimits, nothing more.
 Run as root, a small shim (`_shim_main`, shipped as source like the runner) first drops to uid/gid 65534
 (after exposing the Python prefix if it lives under a directory that uid cannot enter, such as /root): the
@@ -30,8 +30,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gspo.evals.sandbox_runner import RUNNER_FUNCTIONS
-from gspo.evals.sandbox_unshare import NS_FUNCTIONS
+from gspo.evals.sandbox.runner import RUNNER_FUNCTIONS
+from gspo.evals.sandbox.unshare import NS_FUNCTIONS
 
 log = logging.getLogger("gspo.evals.sandbox")  # the sandbox's one logger name, as log settings know it
 
@@ -48,7 +48,7 @@ _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nss
 
 
 @dataclass(frozen=True)
-class _Backend:
+class Backend:
     name: str  # one of BACKENDS
     drop_uid: bool  # root only: run everything as SANDBOX_UID
 
@@ -58,7 +58,7 @@ def _source(*functions: Callable, call: str) -> str:
     return "\n\n".join(inspect.getsource(f) for f in functions) + f"\n\n{call}()\n"
 
 
-def _launch_argv(choice: _Backend, cfg: dict, env: dict[str, str]) -> list[str]:
+def launch_argv(choice: Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     """The command that starts the runner with `cfg` through `choice`: backend, then the root shim."""
     argv = [sys.executable, "-I", "-S", "-B", "-c", _source(*RUNNER_FUNCTIONS, call="_rn_main"),
             json.dumps(cfg)]
@@ -135,7 +135,7 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
 
 def _unshare_argv(runner: list[str], root: str) -> list[str]:
     """util-linux unshare into new namespaces, then `_ns_main` builds bwrap's filesystem view at `root`
-    (an empty host folder) and execs the runner; see sandbox_unshare."""
+    (an empty host folder) and execs the runner; see unshare.py."""
     links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
     binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
     binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
@@ -145,7 +145,7 @@ def _unshare_argv(runner: list[str], root: str) -> list[str]:
             _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]
 
 
-def _sandbox_env(workdir: str, session: str) -> dict[str, str]:
+def sandbox_env(workdir: str, session: str) -> dict[str, str]:
     """The whole environment of sandboxed code: no tokens, keys or user settings leak in."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
             "TMPDIR": workdir, "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",

@@ -17,16 +17,12 @@ import shutil
 import socket
 import tempfile
 import threading
-from typing import TYPE_CHECKING
 
 import psutil
 
 from gspo.conf.errors import GspoError
-from gspo.evals.sandbox_backends import BACKENDS, _Backend, _sandbox_env, log
-
-if TYPE_CHECKING:
-    from gspo.evals.sandbox import Sandbox
-
+from gspo.evals.sandbox.backends import BACKENDS, Backend, log, sandbox_env
+from gspo.evals.sandbox.process import Job, Runner
 
 _PROBE = r"""
 import ctypes, json, os, resource, socket, sys
@@ -83,7 +79,7 @@ WEAK_ENV = "GSPO_SANDBOX_WEAK"  # =1: accept a backend without STRONG isolation 
 _NAMESPACES = {"user_ns": "user", "pid_ns": "pid", "net_ns": "net", "mount_ns": "mnt", "ipc_ns": "ipc"}
 
 
-def _real_uids(sb: Sandbox) -> set[int]:
+def _real_uids(sb: Runner) -> set[int]:
     """Real uids, as the host sees them, of the launched process and everything under it."""
     if sb._proc is None:
         return {0}
@@ -94,18 +90,16 @@ def _real_uids(sb: Sandbox) -> set[int]:
         return {0}
 
 
-def _candidates(name: str | None) -> list[_Backend]:
+def _candidates(name: str | None) -> list[Backend]:
     if name is not None and name not in BACKENDS:
         raise GspoError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
     names = [name] if name else [n for n in BACKENDS if n == "plain" or shutil.which(n)]
     drops = [True, False] if os.geteuid() == 0 else [False]
-    return [_Backend(n, d) for d in drops for n in names]
+    return [Backend(n, d) for d in drops for n in names]
 
 
-def _probe(choice: _Backend) -> dict[str, bool] | str:
+def _probe(choice: Backend) -> dict[str, bool] | str:
     """Run the probe program through `choice`; the protections it observed, or why it failed."""
-    from gspo.evals.sandbox import Job, Sandbox  # a cycle at import time: Sandbox selects its backend here
-
     canary = tempfile.mkdtemp(prefix="gspo-probe-")
     os.chmod(canary, 0o1777)  # writable by anyone: only isolation can stop the probe writing here
     host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES.values()}
@@ -117,7 +111,7 @@ def _probe(choice: _Backend) -> dict[str, bool] | str:
         listeners[1].bind("\0" + tag)
         for listener in listeners:
             listener.listen(4)
-        with Sandbox(_choice=choice) as sb:
+        with Runner(choice) as sb:
             res = sb.run(Job(code=_PROBE, cpu_s=5, stdin=json.dumps(
                 {"ns": host_ns, "canary": canary, "tag": tag, "socket": os.path.join(canary, "sock"), "abstract": tag})))
             uids = _real_uids(sb)
@@ -148,26 +142,32 @@ def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]
     prot["rlimits"] = seen["as_limit"] != resource.RLIM_INFINITY
     prot["nproc_limit"] = prot["unprivileged_uid"] and seen["nproc_limit"] != resource.RLIM_INFINITY
     prot["network_isolated"] = seen["interfaces"] in ([], ["lo"]) and prot["net_ns"]
-    prot["scrubbed_env"] = set(seen["env"]) <= {*_sandbox_env("", ""), "PWD"}  # bwrap sets PWD
+    prot["scrubbed_env"] = set(seen["env"]) <= {*sandbox_env("", ""), "PWD"}  # bwrap sets PWD
     return prot
 
 
+def clear_probe_cache() -> None:
+    """Forget what the probes observed (tests that change the environment probe again)."""
+    probed.cache_clear()
+    _warn_weak.cache_clear()
+
+
 @functools.cache
-def _probed(choice: _Backend) -> dict[str, bool] | str:
+def probed(choice: Backend) -> dict[str, bool] | str:
     """The probe's result for `choice`, once per process."""
     return _probe(choice)
 
 
 @functools.cache
-def _warn_weak(choice: _Backend) -> None:
+def _warn_weak(choice: Backend) -> None:
     """Once per process, when a backend is used that lacks a protection."""
-    missing = [k for k, ok in _probed(choice).items() if not ok]
+    missing = [k for k, ok in probed(choice).items() if not ok]
     if missing:
         log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
                     " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
 
 
-def _select_backend(name: str | None, *, strict: bool = True) -> _Backend:
+def select_backend(name: str | None, *, strict: bool = True) -> Backend:
     """The first backend (of `name`, or of all installed) with STRONG isolation. Fails closed: without one,
     a GspoError says what to install, unless weak isolation is accepted (GSPO_SANDBOX_WEAK=1) or `strict`
     is False (a backend named in code is the caller's explicit choice)."""
@@ -175,7 +175,7 @@ def _select_backend(name: str | None, *, strict: bool = True) -> _Backend:
         failures: dict[str, str] = {}
         weak = None
         for choice in _candidates(name):
-            prot = _probed(choice)
+            prot = probed(choice)
             if isinstance(prot, str):
                 failures.setdefault(choice.name, f"{choice.name}: {prot}")
                 continue

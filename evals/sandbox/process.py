@@ -1,17 +1,16 @@
-"""Sandbox for every execution of model-written code.
+"""The grader's side of the sandbox: `Job`, `RunResult` and `Runner`, which launches one isolated runner
+process through a given backend and talks to it.
 
-One `Sandbox` is one isolated runner process that executes jobs (one job = one program run on one stdin)
+One runner is one isolated process that executes jobs (one job = one program run on one stdin)
 one after another. Layers, outermost first:
 
     grader thread --Popen--> [root only: drop shim] --exec--> backend --> runner (pid 1 of its namespace)
     runner --fork--> one child per job: own rlimits, own process group, fresh working dir, stdin from memfd
 
-This module is the grader's side: `Job`, `RunResult`, `Sandbox` (launching and talking to the runner),
-`sandbox_protections`, `sandbox_backend` and `parallel_map`. The backends (bwrap, unshare, plain) and the
-root uid-drop shim live in `sandbox_backends`, the probe that picks one in `sandbox_select`; the runner, shipped into
-the sandbox as source, lives in `sandbox_runner`. `sandbox_protections()` reports what the probe
-*observed*, and a warning names any protection that is missing. Language-level guards are not used:
-ctypes bypasses them.
+The backends (bwrap, unshare, plain) and the root uid-drop shim live in `backends`, the probe that
+picks one in `choose` (which runs its probe through a `Runner`); the runner, shipped into the sandbox as
+source, lives in `runner`. The package's face (gspo.evals.sandbox) is `Sandbox`: a Runner on the backend
+the probe chose. Language-level guards are not used: ctypes bypasses them.
 """
 
 from __future__ import annotations
@@ -27,25 +26,16 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from typing import TypeVar
 
 import psutil
 
-# re-exported: BACKENDS and SANDBOX_UID are public here, and tests clear the backend cache through here
-from gspo.evals.sandbox_backends import BACKENDS as BACKENDS
-from gspo.evals.sandbox_backends import SANDBOX_UID as SANDBOX_UID
-from gspo.evals.sandbox_backends import _Backend, _launch_argv, _sandbox_env
-from gspo.evals.sandbox_select import _probed, _select_backend
+from gspo.evals.sandbox.backends import SANDBOX_UID, Backend, launch_argv, sandbox_env
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("gspo.evals.sandbox")
 
 _STARTUP_MARGIN_S = 15.0  # beyond a job's wall limit: sandbox start-up, prelude import, reply transfer
 _HEADER = struct.Struct("!Q")
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -100,22 +90,18 @@ class _SandboxDied(Exception):
     pass
 
 
-class Sandbox:
-    """An isolated runner that executes `Job`s one after another. Use as a context manager.
+class Runner:
+    """An isolated runner on the backend `choice` that executes `Job`s one after another; a context
+    manager. Code outside the sandbox package uses `Sandbox`, which picks the backend."""
 
-    >>> with Sandbox() as sb:  # doctest: +SKIP
-    ...     sb.run(Job(code="print(int(input()) * 2)", stdin="21\\n")).stdout
-    '42\\n'
-    """
-
-    def __init__(self, backend: str | None = None, *, _choice: _Backend | None = None) -> None:
-        self._choice = _choice or _choose(backend)
+    def __init__(self, choice: Backend) -> None:
+        self._choice = choice
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
         self.session_id = ""
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> Runner:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -162,10 +148,10 @@ class Sandbox:
             if drop:
                 os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
         workdir = self._workdir if name == "plain" else "/tmp/work"
-        env = _sandbox_env(workdir, self.session_id)
+        env = sandbox_env(workdir, self.session_id)
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
                "root": self._workdir}
-        argv = _launch_argv(self._choice, cfg, env)
+        argv = launch_argv(self._choice, cfg, env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, start_new_session=True, bufsize=0)
@@ -219,53 +205,3 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
     proc.kill()
     proc.wait()
-
-
-
-def _choose(backend: str | None) -> _Backend:
-    """A backend named in code is the caller's explicit choice; otherwise GSPO_SANDBOX_BACKEND or the
-    best installed one, which must isolate strongly (sandbox_select.STRONG) unless GSPO_SANDBOX_WEAK=1."""
-    if backend:
-        return _select_backend(backend, strict=False)
-    return _select_backend(os.environ.get("GSPO_SANDBOX_BACKEND") or None)
-
-
-def sandbox_protections(backend: str | None = None) -> dict[str, bool]:
-    """Protections observed by the probe for the backend in use (probed once per process).
-
-    Keys: user_ns, pid_ns, net_ns, mount_ns, ipc_ns, readonly_fs (nothing outside the sandbox's own
-    tmp is writable), host_fs_hidden, private_tmp (files in /tmp, /dev/shm, /var/tmp stay inside),
-    host_sockets_blocked (no host unix socket, path or abstract, is reachable), no_nested_userns, unprivileged_uid (the real uid is not root), no_capabilities,
-    no_new_privs (setuid binaries grant nothing), rlimits, nproc_limit (the kernel ignores RLIMIT_NPROC
-    for real root), network_isolated, scrubbed_env.
-    """
-    return dict(_probed(_choose(backend)))
-
-
-def sandbox_backend(backend: str | None = None) -> str:
-    """Name of the backend in use, e.g. "bwrap (uid 65534)"."""
-    choice = _choose(backend)
-    return choice.name + (f" (uid {SANDBOX_UID})" if choice.drop_uid else "")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Parallel grading.
-
-
-def parallel_map(fn: Callable[[_T], _R], items: Iterable[_T], *, workers: int | None = None,
-                 progress: bool = False, description: str = "grading") -> list[_R]:
-    """`[fn(x) for x in items]` on a thread pool (each call spawns its own sandboxed processes).
-
-    workers defaults to the number of CPUs; progress shows a rich progress bar."""
-    items = list(items)
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-        results: list = [None] * len(items)
-        done = as_completed(futures)
-        if progress:
-            from rich.progress import track
-
-            done = track(done, total=len(items), description=description)
-        for future in done:
-            results[futures[future]] = future.result()
-    return results

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
-from gspo.evals.code import CodeResult, extract_code, run_code
+from gspo.evals.graders.code import CodeResult, extract_code, run_code
 
 _FIELDS = {"id": str, "contest_id": int, "index": str, "problem": str, "time_limit_ms": int,
            "memory_limit_mb": int, "tests": list, "interactive": bool, "may_need_checker": bool}

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from gspo.conf.errors import GspoError
-from gspo.evals.sandbox import Job, RunResult, Sandbox, parallel_map
+from gspo.evals.parallel import parallel_map
+from gspo.evals.sandbox import Job, RunResult, Sandbox
 
 VERDICTS = ("accepted", "wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit",
             "compile_error", "checker_error")

@@ -9,7 +9,7 @@ The hub repo is a set of JSONL files, one per release; its loading script is not
 `datasets`, so the files of a `version_tag` are read directly (the same table as the script). A local
 path may be one file (no version tag applies) or a directory of those files (a clone of the repo).
 Prompts are LCB's generic template; the system message is in `meta["system"]`. A sample passes only
-if every public and private test passes (grading in gspo.evals.code). Metrics: pass@1, pass@k.
+if every public and private test passes (grading in gspo.evals.graders.code). Metrics: pass@1, pass@k.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from gspo.conf.errors import GspoError
-from gspo.evals.benchmarks import Problem, Verdict, is_missing, load_hub_rows, read_records, score_verdicts
+from gspo.evals.benchmarks.types import Problem, Verdict, score_verdicts
+from gspo.evals.graders.code import extract_code, run_code
+from gspo.evals.parallel import parallel_map
+from gspo.evals.records import is_missing, load_hub_rows, read_records
 
 HUB_ID = "livecodebench/code_generation_lite"
 DEFAULT_VERSION_TAG = "release_v6"
@@ -82,8 +85,6 @@ class CodeBenchmark:
                 memory_mb=self.memory_mb,
             )
 
-        from gspo.evals.sandbox import parallel_map
-
         return parallel_map(one, responses, workers=workers)
 
     def score(self, verdicts: list[list[Verdict]], k: int) -> dict[str, float]:
@@ -103,8 +104,6 @@ def grade_code_response(
 
     No code block is a wrong answer (the sandbox's verdict vocabulary), with the reason in the detail.
     """
-    from gspo.evals.code import extract_code, run_code
-
     if code is None:
         code = extract_code(response or "")
     result = run_code(code, tests, fn_name=fn_name, timeout_s=timeout_s, memory_mb=memory_mb)

@@ -15,16 +15,9 @@ from dataclasses import dataclass
 from functools import partial
 
 from gspo.conf.errors import GspoError
-from gspo.evals.benchmarks import (
-    Problem,
-    Verdict,
-    is_missing,
-    load_hub_rows,
-    pick_key,
-    read_records,
-    score_verdicts,
-)
-from gspo.evals.math import grade_math_batch
+from gspo.evals.benchmarks.types import Problem, Verdict, score_verdicts
+from gspo.evals.graders.math import grade_math_batch
+from gspo.evals.records import is_missing, load_hub_rows, pick_key, read_records
 
 PROMPT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 

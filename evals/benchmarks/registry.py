@@ -1,0 +1,50 @@
+"""Benchmark registry: a name -> a loaded Benchmark (problems + grader + metrics).
+
+A factory is called as `factory(path=..., limit=..., **options)` and returns a Benchmark; its keyword
+parameters beyond path and limit are the benchmark's options, and an unknown one is a one-line error.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from gspo.conf.errors import GspoError
+from gspo.evals.benchmarks.aime import aime24, aime25
+from gspo.evals.benchmarks.arith import arith_benchmark
+from gspo.evals.benchmarks.codeforces import codeforces_benchmark
+from gspo.evals.benchmarks.livecodebench import livecodebench
+from gspo.evals.benchmarks.types import Benchmark
+
+_REGISTRY: dict[str, Callable[..., Benchmark]] = {
+    "arith": arith_benchmark,
+    "aime24": aime24,
+    "aime25": aime25,
+    "livecodebench": livecodebench,
+    "codeforces": codeforces_benchmark,
+}
+BENCHMARK_NAMES: list[str] = sorted(_REGISTRY)  # kept in step with the registry, in place
+
+
+def register_benchmark(name: str, factory: Callable[..., Benchmark]) -> None:
+    """Make `load_benchmark(name, ...)` call `factory(path=..., limit=..., **options)`."""
+    _REGISTRY[name] = factory
+    BENCHMARK_NAMES[:] = sorted(_REGISTRY)
+
+
+def load_benchmark(name: str, *, path: str | None = None, limit: int | None = None, **options) -> Benchmark:
+    """Load a benchmark by name; `path` is a local file overriding the hub, `limit` keeps the first N."""
+    if name not in _REGISTRY:
+        raise GspoError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARK_NAMES)}")
+    if limit is not None and limit < 1:
+        raise GspoError(f"benchmark limit must be a positive number of problems, got {limit}")
+    factory = _REGISTRY[name]
+    try:
+        inspect.signature(factory).bind(path=path, limit=limit, **options)
+    except TypeError:
+        known = [p for p in inspect.signature(factory).parameters if p not in ("path", "limit")]
+        unknown = sorted(set(options) - set(known)) or sorted(options)
+        raise GspoError(
+            f"unknown option for benchmark {name!r}: {', '.join(unknown)}; known: {', '.join(known) or 'none'}"
+        ) from None
+    return factory(path=path, limit=limit, **options)

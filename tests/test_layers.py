@@ -1,0 +1,134 @@
+"""The import layers of docs/DESIGN.md, read from the source with `ast`: each layer imports only what it
+may (algos: itself; conf: itself; evals: conf; trainer: algos, conf, evals; cli: anything), no import
+circle between modules, no import of a project module inside a function outside cli/ (where lazy loading
+keeps `--help` fast), and no private name imported from another module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAY_IMPORT = {
+    "algos": {"algos"},
+    "conf": {"conf"},
+    "evals": {"conf", "evals"},
+    "trainer": {"algos", "conf", "evals", "trainer"},
+    "cli": {"algos", "conf", "evals", "trainer", "cli"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for top in MAY_IMPORT:
+        for f in sorted((ROOT / top).rglob("*.py")):
+            parts = list(f.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join(["gspo", *parts])] = f
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path, source: str | None = None) -> list[tuple[ast.AST, str, bool]]:
+    """(node, imported project module, at module level?) for every import of a gspo module in `path`."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    top_level = {id(n) for node in tree.body if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            # `from pkg import mod` imports the module pkg.mod when there is one
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        found += [(node, t, id(node) in top_level) for t in targets if t.startswith("gspo.")]
+    return found
+
+
+def _owner(target: str) -> str:
+    """The project module an imported name lives in (a dotted name that is not a module is its parent's)."""
+    while target not in MODULES and "." in target:
+        target = target.rsplit(".", 1)[0]
+    return target
+
+
+def test_no_arrow_runs_back_up():
+    bad = [f"{name} -> {target}" for name, path in MODULES.items() for _, target, _ in _imports(name, path)
+           if target.split(".")[1] not in MAY_IMPORT[name.split(".")[1]]]
+    assert bad == []
+
+
+def test_no_function_local_project_import_outside_cli():
+    bad = [f"{name}: {target} (line {node.lineno})" for name, path in MODULES.items()
+           for node, target, top in _imports(name, path) if not top and not name.startswith("gspo.cli")]
+    assert bad == []
+
+
+def test_no_private_name_is_imported_from_another_module():
+    bad = []
+    for name, path in MODULES.items():
+        for node, target, _ in _imports(name, path):
+            if isinstance(node, ast.ImportFrom) and _owner(target) != name:
+                bad += [f"{name}: {a.name} from {target}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle():
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for _, target, top in _imports(name, path):
+            owner = _owner(target)
+            if top and owner in MODULES and owner != name:
+                edges.setdefault(name, set()).add(owner)
+    assert _circles(edges) == []
+
+
+def test_the_checks_can_fail():
+    # a circle, an upward arrow and a local import are each found when present
+    assert _circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    source = "def f():\n    from gspo.trainer.loop import train\n"
+    found = _imports("gspo.evals.probe", ROOT / "evals" / "probe.py", source)
+    assert [(t, top) for _, t, top in found] == [("gspo.trainer.loop", False)]
+    assert "trainer" not in MAY_IMPORT["evals"]

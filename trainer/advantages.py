@@ -1,0 +1,68 @@
+"""Advantages for a rollout batch: the estimator `algo.advantage` names (gspo.algos.advantages), fed by
+the task's step grades when it needs them; and the checks that the algorithm, its options, the
+estimator and the task fit together, made before a run directory is written.
+
+The `step` estimator needs each worked step's reward on the step's last token: the task grades steps
+in characters of the completion text (`Task.steps`), and `step_tensors` maps those to completion tokens
+by decoding growing prefixes (a token is the step's end when its prefix first reaches the step's end).
+The last step always ends on the completion's last token (end-of-sequence included), so no token of an
+answer goes without credit.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gspo.algos import estimate, get, get_estimator
+from gspo.conf.errors import GspoError
+from gspo.trainer.rollout import Rollout
+from gspo.trainer.task_types import Task
+
+
+def check_algorithm(algo, task: Task) -> None:
+    """The algorithm is registered, its options are its own and valid, and the estimator fits both the
+    algorithm (per-token advantages) and the task (graded steps). One GspoError line otherwise."""
+    try:
+        spec, estimator = get(algo.name), get_estimator(algo.advantage)
+    except ValueError as e:
+        raise GspoError(f"{e} (gspo.algos registers it)") from None
+    try:
+        spec.make_options(dict(algo.options))
+    except (TypeError, ValueError) as e:
+        raise GspoError(f"algo.options: {e}") from None
+    if estimator.per_token and not spec.token_advantages:
+        raise GspoError(f"algo.advantage={algo.advantage} gives per-token advantages, which {algo.name} does not take: "
+                        "use algo=gspo_token_step (GSPO-token)")
+    if estimator.needs_steps and not task.has_steps:
+        raise GspoError(f"algo.advantage={algo.advantage} needs a task whose worked steps are graded "
+                        f"(task=arith); task {task.name} grades whole answers")
+
+
+def rollout_advantages(algo, rewards: Tensor, group_size: int, *, task: Task, prompts: list[str],
+                       rollout: Rollout, tokenizer) -> Tensor:
+    """[N] or [N, T] advantages of a rollout batch (prompts: the task's raw prompts, one per completion)."""
+    steps = None
+    if get_estimator(algo.advantage).needs_steps:
+        graded = task.steps(prompts, rollout.texts)
+        steps = step_tensors(graded, rollout, tokenizer)
+    return estimate(algo.advantage, rewards, group_size, eps=algo.adv_eps, scale=algo.adv_scale, steps=steps)
+
+
+def step_tensors(graded: list[list[tuple[int, float]]], rollout: Rollout, tokenizer) -> tuple[Tensor, Tensor]:
+    """(step_rewards, step_ends), [N, T] each on the rollout's device: each step's reward on its last token."""
+    mask = rollout.completion_mask
+    rewards, ends = torch.zeros(mask.shape), torch.zeros(mask.shape, dtype=torch.bool)
+    completion = rollout.input_ids[:, rollout.input_ids.shape[1] - rollout.n_completion :].cpu()
+    lengths = mask.sum(-1).long().tolist()
+    for i, steps in enumerate(graded):
+        if not lengths[i]:
+            continue
+        ids = completion[i, : lengths[i]].tolist()
+        reach = [len(tokenizer.decode(ids[: t + 1], skip_special_tokens=True)) for t in range(len(ids))]
+        for k, (end, reward) in enumerate(steps):
+            last = k == len(steps) - 1
+            t = len(ids) - 1 if last else next((j for j, n in enumerate(reach) if n >= end), len(ids) - 1)
+            rewards[i, t] += reward if not ends[i, t] else 0.0
+            ends[i, t] = True
+    return rewards.to(mask.device), ends.to(mask.device)
