@@ -115,16 +115,16 @@ OLD_EVAL_SYNTAX = {"run": "eval.run", "bench": "eval.benches=[...]", "k": "eval.
 
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(
-    overrides: list[str] = typer.Argument(None, help="Hydra overrides, as gspo train's: eval.benches=[aime24] "
+    overrides: list[str] = typer.Argument(None, help="Hydra overrides, as gspo train's: eval.benches=\\[aime24] "
                                           "eval.run=<run dir> | model=hf model.name=<path or hub id>, eval.k=, "
                                           "eval.limit=, eval.greedy=true, +eval.paths.aime24=FILE, rollout.temperature="),
 ) -> None:
     """Evaluate a run's latest checkpoint (eval.run=DIR, under the run's own config), a local model or hub id
-    (model=hf model.name=...) or the embedded model on benchmarks (eval.benches=[arith,aime24,livecodebench,
+    (model=hf model.name=...) or the embedded model on benchmarks (eval.benches=\\[arith,aime24,livecodebench,
     codeforces]); rows go to evals.jsonl, as the periodic evals of gspo train write them.
 
     The config is gspo train's, composed by Hydra: --cfg prints it with each key's doc; -m evaluates every
-    combination (eval.benches=[aime24],[livecodebench] model.name=a,b), one output folder per job.
+    combination (eval.benches=\\[aime24],\\[livecodebench] model.name=a,b), one output folder per job.
     """
     from gspo.cli.sweep import MULTIRUN, run_sweep
     from gspo.conf import compose_config
