@@ -76,8 +76,6 @@ def train(
         return
     if quiet:
         config.logger.progress = False
-    if config.eval.weak_sandbox:
-        os.environ["GSPO_SANDBOX_WEAK"] = "1"  # read where the code sandbox picks its backend
     from gspo.trainer.loop import train as run_training
 
 
@@ -139,8 +137,6 @@ def eval_cmd(
     if "--cfg" in args:
         typer.echo(annotated_yaml(config), nl=False)
         return
-    if config.eval.weak_sandbox:
-        os.environ["GSPO_SANDBOX_WEAK"] = "1"
     from gspo.trainer.evaluate import run_eval
 
     out = run_eval(config, log=_log)
