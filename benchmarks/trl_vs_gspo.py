@@ -89,6 +89,8 @@ def run_gspo(args, work: dict) -> dict:
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     engine = make_engine(cfg, model, tokenizer)
+    if args.full_length:  # no id ends a completion: each runs to max_new_tokens (the scaling table's length rows)
+        engine.eos_ids = [-1]
     task = build_task(cfg.task)
 
     class NoSamples:  # train_step hands a few samples per step to the run's loggers; the benchmark keeps none
@@ -298,7 +300,7 @@ def scaling(args, work_dir: str) -> None:
     print(f"\n== scaling, gspo {args.algos[0]}: s per rollout batch, base B={args.prompts} G={args.group} "
           f"T={args.max_new_tokens} M={args.updates}; median of {args.repeats} processes x {args.batches} batches ==")
     print(f"  {'varied':>15} {'value':>6} {'s/batch':>8} {'x prev':>7} {'cpu s':>7} {'x prev':>7} {'len':>6} {'tok/s':>7}")
-    for key, values in grid:
+    for key, values in [(k, v) for k, v in grid if k in args.scaling_keys.split(",")]:
         prev = None
         for v in values:
             sub = argparse.Namespace(**{**vars(args), key: v})
@@ -309,6 +311,7 @@ def scaling(args, work_dir: str) -> None:
             extra = [f"--{k.replace('_', '-')}={getattr(sub, k)}" for k in
                      ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "warmup", "batches")]
             extra += [f"--gspo-override={o}" for o in args.gspo_override]
+            extra += ["--full-length"] if key == "max_new_tokens" else []  # the model's answers end at ~44 tokens
             rows = [summarise(spawn(sub, "gspo", args.algos[0], path, extra), args.warmup, args.updates)
                     for _ in range(args.repeats)]
             wall = _med(rows, "wall")
@@ -336,6 +339,9 @@ def main() -> None:
     ap.add_argument("--gspo-override", action="append", default=[], help="extra gspo config override")
     ap.add_argument("--scaling", action="store_true", help="print the scaling table instead (gspo arm)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--scaling-keys", default="group,prompts,max_new_tokens", help="--scaling: the factors to double")
+    ap.add_argument("--full-length", action="store_true",
+                    help="gspo arm: ignore end-of-sequence so every completion runs to max_new_tokens")
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     ap.add_argument("--algo", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)

@@ -76,8 +76,6 @@ def train(
         return
     if quiet:
         config.logger.progress = False
-    if config.eval.weak_sandbox:
-        os.environ["GSPO_SANDBOX_WEAK"] = "1"  # read where the code sandbox picks its backend
     from gspo.trainer.loop import train as run_training
 
 
@@ -116,16 +114,16 @@ OLD_EVAL_SYNTAX = {"run": "eval.run", "bench": "eval.benches=[...]", "k": "eval.
 
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(
-    overrides: list[str] = typer.Argument(None, help="Hydra overrides, as gspo train's: eval.benches=[aime24] "
+    overrides: list[str] = typer.Argument(None, help="Hydra overrides, as gspo train's: eval.benches=\\[aime24] "
                                           "eval.run=<run dir> | model=hf model.name=<path or hub id>, eval.k=, "
                                           "eval.limit=, eval.greedy=true, +eval.paths.aime24=FILE, rollout.temperature="),
 ) -> None:
     """Evaluate a run's latest checkpoint (eval.run=DIR, under the run's own config), a local model or hub id
-    (model=hf model.name=...) or the embedded model on benchmarks (eval.benches=[arith,aime24,livecodebench,
+    (model=hf model.name=...) or the embedded model on benchmarks (eval.benches=\\[arith,aime24,livecodebench,
     codeforces]); rows go to evals.jsonl, as the periodic evals of gspo train write them.
 
     The config is gspo train's, composed by Hydra: --cfg prints it with each key's doc; -m evaluates every
-    combination (eval.benches=[aime24],[livecodebench] model.name=a,b), one output folder per job.
+    combination (eval.benches=\\[aime24],\\[livecodebench] model.name=a,b), one output folder per job.
     """
     from gspo.cli.sweep import MULTIRUN, run_sweep
     from gspo.conf import compose_config
@@ -140,8 +138,6 @@ def eval_cmd(
     if "--cfg" in args:
         typer.echo(annotated_yaml(config), nl=False)
         return
-    if config.eval.weak_sandbox:
-        os.environ["GSPO_SANDBOX_WEAK"] = "1"
     from gspo.trainer.evaluate import run_eval
 
     out = run_eval(config, log=_log)

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.evals.sandbox import accept_weak
 from gspo.trainer.engines import make_engine
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.models import pick_device
@@ -17,7 +18,7 @@ from gspo.trainer.policy import load_policy
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
 from gspo.trainer.seeds import step_seed
-from gspo.trainer.task_types import Task
+from gspo.trainer.task_types import Task, prompt_text
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:
@@ -50,16 +51,8 @@ def _accuracy(texts: list[str], golds: list[str], task: Task) -> float:
 
 
 def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:
-    texts = []
-    for p in problems:
-        if chat:
-            messages = ([{"role": "system", "content": p.meta["system"]}] if p.meta.get("system") else [])
-            messages.append({"role": "user", "content": p.prompt})
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        else:
-            text = p.prompt
-        texts.extend([text] * k)
-    return texts
+    texts = [prompt_text(tokenizer, p.prompt, p.meta.get("system"), chat=chat) for p in problems]
+    return [t for t in texts for _ in range(k)]
 
 
 def load_benches(cfg) -> list:
@@ -121,6 +114,7 @@ def run_eval(cfg, log=print) -> Path:
     """`gspo eval`: the model of `cfg` (or the latest checkpoint of `eval.run`, under that run's config) on
     `eval.benches`; rows appended to <dir>/evals.jsonl and samples to <dir>/eval_samples.jsonl through the
     run's loggers, <dir> being the run's own folder or `eval.output`. Returns <dir>."""
+    accept_weak(cfg.eval.weak_sandbox)
     if not cfg.eval.benches:
         raise GspoError("no benchmark given: eval.benches=[aime24] (or several: eval.benches=[aime24,livecodebench])")
     benches = load_benches(cfg)

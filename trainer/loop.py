@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
+from gspo.evals.sandbox import accept_weak
 from gspo.trainer import distributed
 from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
@@ -41,13 +42,14 @@ from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
-from gspo.trainer.task_types import Item, Task
+from gspo.trainer.task_types import Item, Task, prompt_text
 from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, old_logprobs, to_host, update
 
 
 def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
+    accept_weak(cfg.eval.weak_sandbox)  # before any code is graded (the task's probe, rewards, evals)
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     check_algorithm(cfg.algo, task)
     benches = load_benches(cfg)
@@ -185,12 +187,7 @@ def _reference(cfg, model, log, *, resumed: bool):
 def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:
     """Prompt texts, each repeated `repeat` times; with `chat`, in the tokenizer's chat template with the
     item's system message, as `gspo eval` builds benchmark prompts."""
-    texts = [
-        tokenizer.apply_chat_template([*([{"role": "system", "content": it.system}] if it.system else []),
-                                       {"role": "user", "content": it.prompt}],
-                                      tokenize=False, add_generation_prompt=True) if chat else it.prompt
-        for it in items
-    ]
+    texts = [prompt_text(tokenizer, it.prompt, it.system, chat=chat) for it in items]
     return [t for t in texts for _ in range(repeat)]
 
 

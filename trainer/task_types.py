@@ -17,6 +17,15 @@ class Item:
     system: str | None = None  # a system message for chat templates (the code benchmarks' own)
 
 
+def prompt_text(tokenizer, prompt: str, system: str | None, *, chat: bool) -> str:
+    """What the model is given: the prompt as is, or with `chat` in the tokenizer's chat template with the
+    system message (training prompts and benchmark prompts alike)."""
+    if not chat:
+        return prompt
+    messages = [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
 Scorer = Callable[[list[str], list[str]], list[float]]  # (responses, golds) -> rewards
 StepGrader = Callable[[str, str], list[tuple[int, float]]]  # (prompt, response) -> (end char, reward) per step
 

@@ -24,7 +24,7 @@ from gspo.evals.sandbox.backends import BACKENDS, SANDBOX_UID, Backend
 from gspo.evals.sandbox.choose import STRONG, WEAK_ENV, clear_probe_cache, probed, select_backend
 from gspo.evals.sandbox.process import Job, Runner, RunResult
 
-__all__ = ["BACKENDS", "SANDBOX_UID", "STRONG", "WEAK_ENV", "Job", "RunResult", "Sandbox", "clear_probe_cache",
+__all__ = ["BACKENDS", "SANDBOX_UID", "STRONG", "WEAK_ENV", "Job", "RunResult", "Sandbox", "accept_weak", "clear_probe_cache",
            "sandbox_backend", "sandbox_protections"]
 
 
@@ -63,3 +63,8 @@ def sandbox_backend(backend: str | None = None) -> str:
     return choice.name + (f" (uid {SANDBOX_UID})" if choice.drop_uid else "")
 
 
+def accept_weak(enabled: bool) -> None:
+    """`eval.weak_sandbox=true`: accept a backend without strong isolation for this process (and the grading
+    workers it starts), as GSPO_SANDBOX_WEAK=1 does; false leaves the environment's own setting."""
+    if enabled:
+        os.environ[WEAK_ENV] = "1"
