@@ -315,3 +315,28 @@ def test_lean_sampler_logprobs_and_entropy_are_the_trainers(tiny, temperature, t
     torch.testing.assert_close(out.engine_logp, logp * mask, rtol=0, atol=1e-5)
     torch.testing.assert_close(out.engine_entropy, entropy * mask, rtol=0, atol=1e-5)
     assert (logp * mask).abs().sum() > 1 and (entropy * mask).sum() > 1  # not a comparison of zeros
+
+
+def test_row_uniforms_are_splitmix64_of_seed_and_token_index():
+    """The sampler's counter-based uniforms equal a pure-Python SplitMix64 (64-bit wrapping arithmetic,
+    logical shifts), for seeds up to 2**62 and token indices up to 10**6: torch's int64 ops wrap as the
+    reference does, and a row's uniform depends on its seed and token index alone."""
+    from gspo.trainer.rollout import row_uniforms
+
+    mask = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & mask
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB & mask
+        return x ^ (x >> 31)
+
+    def reference(seed: int, step: int) -> float:
+        return (mix((mix(seed) + (step + 1) * 0x9E3779B97F4A7C15) & mask) >> 11) * 2.0**-53
+
+    seeds = [0, 1, 2, 12345, 2**32 - 1, 2**40 + 7, 2**62 + 5]
+    for step in (0, 1, 7, 10**6):
+        assert row_uniforms(torch.tensor(seeds), step).tolist() == [reference(s, step) for s in seeds]
+    alone = row_uniforms(torch.tensor([12345]), 7)
+    assert alone.item() == row_uniforms(torch.tensor(seeds), 7)[3].item()
+    u = row_uniforms(torch.arange(20000), 3)
+    assert abs(u.mean().item() - 0.5) < 0.01 and abs(u.var().item() - 1 / 12) < 0.003

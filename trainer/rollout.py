@@ -61,7 +61,7 @@ class HFEngine:
 
     `sampler="lean"` (the default) runs its own decoding loop: one prefill, then one forward per new token
     on a KV cache, drawing each token from softmax(sampling_logits(logits)), the distribution the trainer
-    scores, with row i's own generator (`RowSampler`, seeded seed + i), exactly as `generate` draws it
+    scores, with row i's own counter-based uniforms (`RowSampler`, seeded seed + i), exactly as `generate` draws it
     through the same sampler (same tokens from the same seed). It
     also returns the log-prob of each chosen token and the entropy of each step's distribution, from the
     logits it samples from: at the trainer's precision these are the old policy's (algo.old_logp_source=
@@ -147,7 +147,7 @@ class HFEngine:
         """The lean sampling loop: [N, P] left-padded prompts -> completion ids [N, T] (pad after a row's
         eos; T <= max_new_tokens, shorter when every row ended), and when sampling (`sampler` given; None is
         greedy) the chosen tokens' log-probs [N, T] and the entropies [N, T] of the sampling distribution.
-        Row i draws from its own generator (`sampler`, seeded seed + i), the draws `generate` makes with the
+        Row i draws with its own uniforms (`sampler`, seeded seed + i), the draws `generate` makes with the
         same sampler, token for token; ended rows keep their place, and it checks once per token whether
         every row has ended (one host sync per token)."""
         greedy = sampler is None
@@ -168,7 +168,7 @@ class HFEngine:
                 token = logits.argmax(-1)
             else:
                 probs, logp = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
-                token = sampler.draw(probs)  # row i from its own generator, as generate draws it
+                token = sampler.draw(probs)  # row i at its own uniform, as generate draws it
                 logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
                 ents.append(-(probs * logp).sum(-1))
             token = token.masked_fill(done, pad)
@@ -186,22 +186,54 @@ class HFEngine:
         return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
 
 
+def _int64(c: int) -> int:
+    """A 64-bit constant as the signed value torch's int64 holds (arithmetic wraps modulo 2**64)."""
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, _int64(0xBF58476D1CE4E5B9), _int64(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic on signed integers)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser (Steele, Lea, Flood 2014), elementwise on int64."""
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    return x ^ _shr(x, 31)
+
+
+def row_uniforms(seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """[n] int64 seeds, a token index -> [n] float64 uniforms in [0, 1): a counter-based draw (SplitMix64
+    of the seed's own stream at position `step`), so row i's draw at token t depends on (seeds[i], t) alone,
+    whatever else is in the batch, on any device, in one vectorised op."""
+    x = _mix(_mix(seeds) + _int64((step + 1) * _GOLDEN % (1 << 64)))
+    return _shr(x, 11).double() * 2.0**-53
+
+
 class RowSampler(LogitsProcessor):
     """Draws every row's next token from softmax(logits / T) with top-p (`sampling_logits`, the distribution
-    the trainer scores) using that row's own generator, seeded `seeds[i]`; returns scores that keep only the
-    drawn token, so transformers' greedy search picks it. A row's completion thus depends on its seed and
-    its prompt alone, not on which rows share its batch, its process or its rank (vLLM's per-request seeds
-    give its engine the same property)."""
+    the trainer scores) by the inverse CDF at the row's own uniform (`row_uniforms` of its seed `seeds[i]`
+    and the token index); returns scores that keep only the drawn token, so transformers' greedy search
+    picks it. A row's completion thus depends on its seed and its prompt alone, not on which rows share its
+    batch, its process or its rank (vLLM's per-request seeds give its engine the same property)."""
 
     def __init__(self, seeds: list[int], device: torch.device, *, temperature: float, top_p: float):
-        self.gens = [torch.Generator(device).manual_seed(s) for s in seeds]
+        self.seeds = torch.tensor(seeds, dtype=torch.long, device=device)
         self.temperature, self.top_p = temperature, top_p
+        self.step = 0  # the next token's index: the lean loop and generate both ask once per token
 
     def draw(self, probs: torch.Tensor) -> torch.Tensor:
-        """[n, V] probabilities -> [n] token ids, row i drawn with generator i (the lean loop calls it too)."""
-        # exponential race: argmax_v p_v / E_v with E_v ~ Exp(1) i.i.d. is v with probability p_v
-        noise = torch.stack([torch.empty_like(probs[0]).exponential_(generator=g) for g in self.gens])
-        return (probs / noise).argmax(dim=-1)  # [n]
+        """[n, V] probabilities -> [n] token ids: the first token whose cumulative probability exceeds the
+        row's uniform (a zero-probability token, outside the nucleus, is never the first)."""
+        cdf = probs.double().cumsum(-1)  # [n, V]
+        u = row_uniforms(self.seeds, self.step) * cdf[:, -1]  # [n]
+        self.step += 1
+        token = torch.searchsorted(cdf, u.unsqueeze(-1), right=True).squeeze(-1)
+        return token.clamp(max=probs.shape[-1] - 1)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)  # [n, V]
