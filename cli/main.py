@@ -144,6 +144,28 @@ def eval_cmd(
     typer.echo(f"evals written to {out / 'evals.jsonl'}")
 
 
+@app.command("export-hf")
+def export_hf_cmd(
+    checkpoint: str = typer.Argument(..., help="a sharded checkpoint: <run>/checkpoints/step_NNNNNN of a train.fsdp run"),
+    out: str = typer.Argument(..., help="a new folder for the Hugging Face model (config, weights, tokenizer)"),
+) -> None:
+    """Convert a train.fsdp run's sharded checkpoint (torch.distributed.checkpoint shards) into a Hugging Face
+    folder, in this one process: gspo eval model=hf model.name=<out>, or transformers' from_pretrained, read
+    it. (A run's final checkpoint holds the whole weights already.)"""
+    from pathlib import Path
+
+    from gspo.trainer.fsdp import export_hf
+    from gspo.trainer.rundir import checkpoint_problem
+
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        raise GspoError(f"{checkpoint}: no such checkpoint folder")
+    problem = checkpoint_problem(folder)
+    if problem is not None:
+        raise GspoError(f"{checkpoint} is not an intact checkpoint: {problem}")
+    typer.echo(f"wrote {export_hf(folder, Path(out))}")
+
+
 def _refuse_old_eval_syntax(args: list[str]) -> None:
     for arg in args:
         key, _, value = arg.partition("=")

@@ -12,7 +12,7 @@ import torch
 from gspo.evals.arith import ALPHABET
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.rollout import HFEngine, Rollout, _concat, completion_mask_from_eos
+from gspo.trainer.rollout import HFEngine, Rollout, completion_mask_from_eos, concat_rollouts
 
 PROMPTS = ["12+345=", "7*8=", "9+9=", "4021*3="]  # different lengths: the batch is left-padded
 
@@ -190,7 +190,7 @@ def test_concat_pads_prompts_left_and_completions_right():
     a = _rollout([[0, 7, 8]], [[5, 1]], [[1, 1]], ["a"], [False], [[-0.5, -0.25]])  # P=3, T=2
     b = _rollout([[9, 9, 9, 9], [0, 0, 4, 4]], [[6, 6, 1], [1, 0, 0]], [[1, 1, 1], [1, 0, 0]], ["b", "c"], [False, False],
                  [[-1.0, -2.0, -3.0], [-4.0, 0.0, 0.0]])  # P=4, T=3
-    out = _concat([a, b], pad_id=0)
+    out = concat_rollouts([a, b], pad_id=0)
     assert out.input_ids.tolist() == [[0, 0, 7, 8, 5, 1, 0], [9, 9, 9, 9, 6, 6, 1], [0, 0, 4, 4, 1, 0, 0]]
     assert out.attention_mask.tolist() == [[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0]]
     assert out.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]

@@ -6,16 +6,20 @@ reductions that make a step's update and metrics those of one process running th
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address; without them this is one process and
 every function here is the identity. The contract, with B prompts of G completions per step and W ranks:
 - rank r owns groups [r B/W, (r+1) B/W) of the step's prompts (a group is never split: its advantages need
-  all G rewards) and generates them with the step's seed offset by its first row, so (each engine sampling
-  row i with seed + i) the global batch is the one a single process draws;
-- the minibatch shuffle is one permutation of all N = B G rows, the same on every rank; a rank computes the
-  loss of the rows it holds with the global minibatch's sequence and token counts as denominators, so the
-  ranks' gradients add up to the one-process gradient, and one all_reduce(SUM) per optimizer step adds them.
-  torch's DistributedDataParallel averages instead (it divides by W) and needs every rank to run the same
-  forwards, while a global shuffle gives ranks unequal shares of a minibatch (some none), so the sum is
-  taken here, over the flattened gradients, before clipping (the norm is the global batch's);
-- every metric is reduced the same way: a micro-batch's means are weighted by its share of the global
-  minibatch (trainer/update.py), so the ranks' parts add up (SUM), and extremes take MIN / MAX.
+  all G rewards), generates and grades them, with the step's seed offset by its first row, so (each engine
+  sampling row i with seed + i) its rows are those a single process draws;
+- the graded rows are then gathered: every rank holds the step's whole batch, padded as one process pads it;
+- every forward after that is dealt out in the micro-batches one process would run: the scoring chunks of
+  the batch, and each minibatch's micro-batches (the same shuffle on every rank), micro-batch k to rank
+  k mod W. A rank computes the loss of its micro-batches with the global minibatch's sequence and token
+  counts as denominators, so the ranks' gradients add up to the one-process gradient, and one
+  all_reduce(SUM) per optimizer step adds them (before clipping: the norm is the global batch's). torch's
+  DistributedDataParallel averages instead (it divides by W) and needs every rank to run the same number
+  of forwards, which dealing whole micro-batches does not promise, so the sum is taken here;
+- what scoring computes per row (log-probs, entropy, MoE routing) is written into a zero tensor of the
+  whole batch and summed over ranks (adding zeros is exact); metric parts add up (SUM), extremes take
+  MIN / MAX. Each micro-batch is computed exactly as one process computes it, so the ranks' results
+  differ from one process's only in the order their sums are added.
 Rank 0 alone writes the run directory, the progress bar and W&B; a failing rank writes its error into
 run.json before it exits (torchrun then stops the others) and rank 0 keeps that error.
 """
@@ -23,7 +27,7 @@ run.json before it exits (torchrun then stops the others) and rank 0 keeps that 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -120,34 +124,33 @@ def broadcast(value, world: World):
     return box[0]
 
 
-@dataclass(frozen=True)
-class RowShard:
-    """This rank's rows [first, first + n) of a step's N rows; `lengths`: all N completion lengths."""
-
-    first: int
-    n: int
-    lengths: list[int]
-    world: World = field(default_factory=World)
-
-    def local(self, idx: list[int]) -> list[int]:
-        """The global rows `idx` that this rank holds, as local row numbers, in `idx`'s order."""
-        return [i - self.first for i in idx if self.first <= i < self.first + self.n]
-
-
 def group_range(n_groups: int, world: World) -> range:
+    """The groups of a step's `n_groups` that this rank generates and grades."""
     per = n_groups // world.size
     return range(world.rank * per, (world.rank + 1) * per)
 
 
-def row_shard(local_lengths: list[int], group_size: int, groups: range, world: World) -> RowShard:
-    """The shard of a step whose local completions have `local_lengths`; gathers every rank's lengths (the
-    denominators of a minibatch are its global counts)."""
-    lengths = local_lengths
-    if world.size > 1:
-        parts = [None] * world.size
-        dist.all_gather_object(parts, local_lengths)
-        lengths = [n for part in parts for n in part]
-    return RowShard(groups.start * group_size, len(local_lengths), lengths, world)
+def mine(k: int, world: World) -> bool:
+    """Whether this rank computes the k-th forward (scoring chunk or micro-batch) of a batch: k mod W."""
+    return k % world.size == world.rank
+
+
+def gather_objects(value, world: World) -> list:
+    """Every rank's picklable `value`, in rank order (tensors travel on the CPU)."""
+    if world.size == 1:
+        return [value]
+    parts: list = [None] * world.size
+    dist.all_gather_object(parts, value)
+    return parts
+
+
+def sum_tensors(tensors: list[torch.Tensor], world: World) -> None:
+    """Each tensor replaced, in place, by its sum over ranks; a rank that computed none of a tensor's
+    entries holds zeros there, so a tensor whose entries each rank filled in part becomes the whole."""
+    if world.size == 1:
+        return
+    for t in tensors:
+        dist.all_reduce(t)
 
 
 def sum_grads(params: list[torch.Tensor], world: World) -> None:
@@ -162,11 +165,11 @@ def sum_grads(params: list[torch.Tensor], world: World) -> None:
 
 
 def reduce_parts(parts: dict[str, torch.Tensor], ops: dict[str, str], device: torch.device,
-                 world: World) -> dict[str, torch.Tensor]:
+                 world: World, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Each rank's partial sums / extremes of a global minibatch -> the global ones. `ops` names the
     reduction ("sum", "min" or "max") of every metric any rank may have; the keys reduced are the union of
-    the ranks' keys (a rank that held no row of the minibatch has none, and contributes 0 to a sum, +inf to
-    a min, -inf to a max)."""
+    the ranks' keys (a rank that computed no micro-batch of the minibatch has none, and contributes 0 to a
+    sum, +inf to a min, -inf to a max). Every part is a 0-dim `dtype` tensor."""
     if world.size == 1:
         return parts
     present: list = [None] * world.size
@@ -178,25 +181,11 @@ def reduce_parts(parts: dict[str, torch.Tensor], ops: dict[str, str], device: to
         names = [k for k in keys if ops[k] == op]
         if not names:
             continue
-        vals = torch.stack([parts[k].float() if k in parts else torch.tensor(neutral[op], device=device)
+        vals = torch.stack([parts[k] if k in parts else torch.tensor(neutral[op], dtype=dtype, device=device)
                             for k in names])
         dist.all_reduce(vals, op=reduce_op)
         out |= dict(zip(names, vals.unbind(), strict=True))
     return out
-
-
-def gather_rows(x: torch.Tensor, world: World) -> torch.Tensor:
-    """Every rank's rows of `x` ([n, ...], the same n on every rank), in rank order: the global tensor. A
-    second dimension that differs between ranks (completion widths) is padded with zeros to the widest."""
-    if world.size == 1:
-        return x
-    if x.dim() > 1:
-        width = torch.tensor([x.shape[1]], device=x.device)
-        dist.all_reduce(width, op=dist.ReduceOp.MAX)
-        x = torch.nn.functional.pad(x, (0, int(width) - x.shape[1], *([0, 0] * (x.dim() - 2))))
-    parts = [torch.empty_like(x) for _ in range(world.size)]
-    dist.all_gather(parts, x.contiguous())
-    return torch.cat(parts)
 
 
 class FollowerRun:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from gspo.trainer import fsdp
 from gspo.trainer.logprobs import sampling_logits
 
 
@@ -99,7 +100,7 @@ class HFEngine:
                                  max_new_tokens=max_new_tokens or self.max_new_tokens)
             for i in range(0, len(prompts), self.batch_size)
         ]
-        return parts[0] if len(parts) == 1 else _concat(parts, self.tokenizer.pad_token_id)
+        return parts[0] if len(parts) == 1 else concat_rollouts(parts, self.tokenizer.pad_token_id)
 
     def _generate_batch(self, prompts: list[str], *, seed: int, greedy: bool, max_new_tokens: int) -> Rollout:
         device = next(self.model.parameters()).device
@@ -121,12 +122,13 @@ class HFEngine:
                                                                            sampler=sampler,
                                                                            max_new_tokens=max_new_tokens)
                 else:
-                    out = self.model.generate(**enc, generation_config=config,
+                    out = self.model.generate(**enc, generation_config=config, synced_gpus=fsdp.is_sharded(self.model),
                                               logits_processor=LogitsProcessorList([sampler] if sampler else []))
                     completion = out.sequences[:, enc.input_ids.shape[1]:]  # [N, T]
         finally:
             self.model.generation_config = saved
             self.model.train(was_training)
+            fsdp.reshard(self.model)
         mask, truncated = completion_mask_from_eos(completion, self.eos_ids)
         completion = torch.where(mask.bool(), completion, torch.full_like(completion, self.tokenizer.pad_token_id))
         if self.sampler != "lean" and self.want_logprobs:
@@ -149,8 +151,10 @@ class HFEngine:
         greedy) the chosen tokens' log-probs [N, T] and the entropies [N, T] of the sampling distribution.
         Row i draws with its own uniforms (`sampler`, seeded seed + i), the draws `generate` makes with the
         same sampler, token for token; ended rows keep their place, and it checks once per token whether
-        every row has ended (one host sync per token)."""
+        every row has ended (one host sync per token). Under FSDP every rank decodes until all ranks' rows
+        have ended (each forward is a collective), as transformers' synced_gpus does."""
         greedy = sampler is None
+        lockstep = fsdp.is_sharded(self.model)
         n = input_ids.shape[0]
         pad = self.tokenizer.pad_token_id
         eos = torch.tensor(self.eos_ids, device=input_ids.device)
@@ -174,7 +178,7 @@ class HFEngine:
             token = token.masked_fill(done, pad)
             tokens.append(token)
             done = done | torch.isin(token, eos)
-            if t + 1 == max_new_tokens or bool(done.all()):
+            if t + 1 == max_new_tokens or (fsdp.all_done(bool(done.all())) if lockstep else bool(done.all())):
                 break
             attention_mask = torch.cat([attention_mask, ones], dim=1)
             position = position + 1
@@ -246,7 +250,7 @@ def _neutral_config(**values) -> GenerationConfig:
                             typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0, length_penalty=1.0, **values)
 
 
-def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
+def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
     """Join rollouts whose prompt and completion widths differ: prompts pad left, completions right."""
     p = max(r.input_ids.shape[1] - r.n_completion for r in parts)
     t = max(r.n_completion for r in parts)
