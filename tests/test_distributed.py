@@ -115,6 +115,38 @@ def test_layouts_that_do_not_split_into_whole_groups_are_refused():
     check_layout(cfg.train, World(0, 1))
 
 
+@pytest.mark.parametrize("overrides, message", [
+    ((), r"^train.fsdp=true shards the model across processes: launch it under torchrun"),
+    (("rollout=vllm",), r"^train.fsdp=true with rollout.engine=vllm"),
+    (("model.lora.r=8",), r"^train.fsdp=true with LoRA"),
+    (("train.precision=fp16",), r"^train.fsdp=true with train.precision=fp16"),
+    (("model.dtype=bfloat16",), r"^train.fsdp=true with model.dtype=bfloat16"),
+    (("train.compile=true",), r"^train.fsdp=true with train.compile=true"),
+])
+def test_fsdp_settings_it_cannot_run_are_refused(overrides, message):
+    from gspo.conf import compose_config
+    from gspo.conf.errors import GspoError
+    from gspo.trainer.fsdp import check
+
+    world = World(0, 1) if not overrides else World(0, 2)
+    with pytest.raises(GspoError, match=message):
+        check(compose_config([*TINY, "train.fsdp=true", *overrides]), world)
+    check(compose_config([*TINY, "train.fsdp=true"]), World(0, 2))
+    check(compose_config([*TINY, *overrides]), World(0, 1))  # without fsdp: not this check's business
+
+
+def test_fsdp_trains_in_bf16_with_a_sharded_reference(gspo, tmp_path):
+    """GSPO with a KL term under FSDP in bf16 (MixedPrecisionPolicy over fp32 shards; the reference model
+    sharded too, its forwards dealt like the policy's): two steps finish with finite, moving numbers."""
+    result = _torchrun(gspo, 2, f"seed={LEARNING_SEED}", "train.steps=2", "algo=gspo", "algo.kl_beta=0.01",
+                       "train.precision=bf16", "train.fsdp=true", f"output_dir={tmp_path}", "run_id=bf")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_jsonl(tmp_path / "bf" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert rows[1]["optim/grad_norm"] > 0 and rows[2]["policy/kl_ref"] > 0
+    assert all(math.isfinite(v) for r in rows[1:] for v in r.values() if isinstance(v, float))
+
+
 def test_a_rank_holds_whole_groups_and_is_dealt_whole_micro_batches():
     assert group_range(4, World(1, 2)) == range(2, 4)
     idx = [7, 0, 4, 3, 5, 1]
