@@ -340,3 +340,13 @@ def test_row_uniforms_are_splitmix64_of_seed_and_token_index():
     assert alone.item() == row_uniforms(torch.tensor(seeds), 7)[3].item()
     u = row_uniforms(torch.arange(20000), 3)
     assert abs(u.mean().item() - 0.5) < 0.01 and abs(u.var().item() - 1 / 12) < 0.003
+
+
+def test_row_sampler_never_draws_a_zero_probability_token_at_the_top_of_the_cdf(monkeypatch):
+    """A uniform that rounds up to the total (1 - 2**-53 in fp32) still lands on the last token with
+    probability > 0, not on the zero-probability tail (outside the nucleus)."""
+    from gspo.trainer import rollout
+
+    monkeypatch.setattr(rollout, "row_uniforms", lambda seeds, step: torch.full(seeds.shape, 1 - 2**-53, dtype=torch.float64))
+    sampler = rollout.RowSampler([0, 1], torch.device("cpu"), temperature=1.0, top_p=1.0)
+    assert sampler.draw(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.1, 0.2, 0.7, 0.0]])).tolist() == [1, 2]

@@ -233,11 +233,12 @@ class RowSampler(LogitsProcessor):
     def draw(self, probs: torch.Tensor) -> torch.Tensor:
         """[n, V] probabilities -> [n] token ids: the first token whose cumulative probability exceeds the
         row's uniform (a zero-probability token, outside the nucleus, is never the first)."""
-        cdf = probs.double().cumsum(-1)  # [n, V]
-        u = row_uniforms(self.seeds, self.step) * cdf[:, -1]  # [n]
+        cdf = probs.float().cumsum(-1)  # [n, V] fp32: a float64 cumsum costs ~13x more over a 32k vocabulary
+        total = cdf[:, -1]
+        # strictly below the total, so the token found has probability > 0 even where rounding reaches it
+        u = torch.minimum(row_uniforms(self.seeds, self.step).float() * total, torch.nextafter(total, total.new_zeros(())))
         self.step += 1
-        token = torch.searchsorted(cdf, u.unsqueeze(-1), right=True).squeeze(-1)
-        return token.clamp(max=probs.shape[-1] - 1)
+        return torch.searchsorted(cdf, u.unsqueeze(-1), right=True).squeeze(-1)  # [n]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         probs = torch.softmax(sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)  # [n, V]
