@@ -1,13 +1,15 @@
 """The one place a user error becomes one line: `error: <message>` on stderr and exit code 2, no traceback.
 
 Every command runs inside it (the console script's `main`, each `gspo grade` command, and each Hydra job of
-a sweep, which Hydra would otherwise report with its own traceback and exit code 1). In-process callers
+a sweep, which Hydra would otherwise report with its own traceback and exit code 1). Under several processes
+only rank 0 prints the line; every rank exits 2. In-process callers
 (Typer's CliRunner in the tests) see the GspoError itself, as `main` is not in their path.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,8 +27,15 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except GspoError as e:
-        typer.echo(f"error: {e}", err=True)
+        if is_rank0():
+            typer.echo(f"error: {e}", err=True)
         sys.exit(2)
+
+
+def is_rank0() -> bool:
+    """Under torchrun (or a Slurm job made a data-parallel run), rank 0 alone speaks for the job: every rank
+    exits 2, one `error:` line is printed. RANK is torchrun's variable (export_slurm_world sets it too)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def user_errors(fn: F) -> F:

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import typer
 
 from gspo.cli.compare import compare_cmd
-from gspo.cli.errors import one_line_errors
+from gspo.cli.errors import is_rank0, one_line_errors
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
 from gspo.conf.errors import GspoError
@@ -81,7 +81,8 @@ def train(
 
     log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
     run_dir = run_training(config, log=log)
-    typer.echo(f"run finished: {run_dir}")
+    if is_rank0():
+        typer.echo(f"run finished: {run_dir}")
 
 
 @app.command(context_settings=EXTRA)
@@ -143,6 +144,28 @@ def eval_cmd(
     typer.echo(f"evals written to {out / 'evals.jsonl'}")
 
 
+@app.command("export-hf")
+def export_hf_cmd(
+    checkpoint: str = typer.Argument(..., help="a sharded checkpoint: <run>/checkpoints/step_NNNNNN of a train.fsdp run"),
+    out: str = typer.Argument(..., help="a new folder for the Hugging Face model (config, weights, tokenizer)"),
+) -> None:
+    """Convert a train.fsdp run's sharded checkpoint (torch.distributed.checkpoint shards) into a Hugging Face
+    folder, in this one process: gspo eval model=hf model.name=<out>, or transformers' from_pretrained, read
+    it. (A run's final checkpoint holds the whole weights already.)"""
+    from pathlib import Path
+
+    from gspo.trainer.fsdp import export_hf
+    from gspo.trainer.rundir import checkpoint_problem
+
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        raise GspoError(f"{checkpoint}: no such checkpoint folder")
+    problem = checkpoint_problem(folder)
+    if problem is not None:
+        raise GspoError(f"{checkpoint} is not an intact checkpoint: {problem}")
+    typer.echo(f"wrote {export_hf(folder, Path(out))}")
+
+
 def _refuse_old_eval_syntax(args: list[str]) -> None:
     for arg in args:
         key, _, value = arg.partition("=")
@@ -181,7 +204,8 @@ def main() -> None:
         with one_line_errors():
             app()
     except KeyboardInterrupt:
-        typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
+        if is_rank0():
+            typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
         sys.exit(130)
 
 

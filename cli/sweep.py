@@ -16,10 +16,12 @@ the job starts and as it ends, so `gspo report` finds the runs of a sweep still 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import hydra
@@ -30,12 +32,14 @@ from omegaconf import DictConfig, open_dict
 from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
+from gspo.conf.errors import GspoError
 from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.trainer.report.runs import SWEEP_RUNS, load_run, sweep_runs
 from gspo.trainer.report.tables import run_value
 from gspo.trainer.rundir import atomic_write_text
 
+PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 MULTIRUN = ("-m", "--multirun")
 INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
@@ -47,6 +51,7 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     register_configs()
     overrides = [a for a in args if a not in MULTIRUN]
     check_sweep_overrides(overrides, command)
+    check_launcher(overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
     sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
@@ -64,6 +69,25 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
         typer.echo(f"  {run}")
     typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
     return sweep_dir
+
+
+def check_launcher(overrides: list[str]) -> None:
+    """A `hydra/launcher=` whose Hydra plugin is missing (ours in conf/hydra/launcher/ build on one): one line,
+    before Hydra's own many-line error."""
+    for name in [o.split("=", 1)[1] for o in overrides if o.startswith("hydra/launcher=")]:
+        ours = resources.files("gspo.conf").joinpath("hydra", "launcher", f"{name}.yaml")
+        base = name
+        if ours.is_file():
+            base = next((p for p in PLUGINS if p in ours.read_text()), name)
+        plugin = next((PLUGINS[p] for p in PLUGINS if base.startswith(p)), None)
+        if plugin is not None and not plugin_installed(plugin):
+            extra = plugin.removeprefix("hydra_").removesuffix("_launcher")
+            raise GspoError(f"hydra/launcher={name} needs Hydra's {extra} launcher plugin, which is not installed: "
+                            f"pip install 'gspo[{extra}]'")
+
+
+def plugin_installed(module: str) -> bool:
+    return importlib.util.find_spec(f"hydra_plugins.{module}") is not None
 
 
 def run_hydra_flags(args: list[str]) -> None:
@@ -104,6 +128,7 @@ def _job(cfg: DictConfig) -> float:
     """One training run; returns the final value of cfg.objective (what a search sweeper optimizes)."""
     import torch
 
+    from gspo.trainer.distributed import export_slurm_world, world_from_env
     from gspo.trainer.loop import train
 
     hc = HydraConfig.get()
@@ -113,16 +138,22 @@ def _job(cfg: DictConfig) -> float:
         validate_config(cfg)
         if command == "eval":
             return _eval_job(cfg, hc)
+        if "submitit" in str(hc.launcher.get("_target_", "")):
+            export_slurm_world()  # a job of several Slurm tasks is one data-parallel run
+        main = world_from_env().main
         _name_job(cfg, hc.job)
         threads = _threads_per_job()
         if threads:
             torch.set_num_threads(threads)
         run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
         record = {"run_dir": str(run_dir), "pid": os.getpid(), "started": time.time()}
-        _record(hc, record)
-        typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir} "
-                   f"(torch threads {torch.get_num_threads()})", err=True)
+        if main:
+            _record(hc, record)
+            typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir} "
+                       f"(torch threads {torch.get_num_threads()})", err=True)
         train(cfg, log=lambda m: typer.echo(m, err=True))
+        if not main:
+            return float("nan")  # the launcher reports rank 0's value
         _record(hc, record | {"ended": time.time()})
         return run_value(load_run(run_dir), cfg.objective or f"eval/{cfg.task.name}/accuracy", "final")
 

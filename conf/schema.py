@@ -159,6 +159,7 @@ class TrainConfig:
     on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch (undone whole; keeps a copy of the weights and optimizer state)
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
     compile: bool = False  # torch.compile the model body for the log-prob forwards (update, scoring): on the embedded model's CPU benchmark the update takes ~35% less CPU, after ~100 s of compilation at the start (off: most runs here are shorter than that pays back)
+    fsdp: bool = False  # under torchrun: shard weights, gradients and optimizer state across the ranks (FSDP2 fully_shard; DCP checkpoints, gspo export-hf), for models that do not fit one device
     precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
     collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json
     stop_on_collapse: bool = False  # end the run (status finished, stopped: collapse) once it has collapsed

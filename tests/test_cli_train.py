@@ -153,7 +153,7 @@ def test_resume_continues_like_an_uninterrupted_run(gspo, tmp_path):
     rows = _metrics(resumed)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert without_timing(rows) == without_timing(_metrics(straight))
-    assert rows[3]["optim/grad_norm"] > 0 or rows[2]["optim/grad_norm"] > 0  # the weights moved on the way
+    assert rows[1]["optim/grad_norm"] > 0  # the weights moved, and step 1's AdamW momentum moves them on after
     assert [s["step"] for s in read_jsonl(resumed / "samples.jsonl")] == [
         s["step"] for s in read_jsonl(straight / "samples.jsonl")]
     assert _status(resumed)["status"] == "finished" and _status(resumed)["step"] == 3

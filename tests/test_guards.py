@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import LEARNING_SEED, TINY
+from conftest import TINY
 from omegaconf import OmegaConf
 
 from gspo.conf import GspoError, compose_config
@@ -67,26 +67,30 @@ def test_skip_undoes_the_whole_batch():
     assert optimizer.state_dict()["state"] == {} and scheduler.last_epoch == 0
 
 
+# With TINY, step 1 has no learning signal and step 2 does; at lr=1e9 its first update overflows the second.
+NONFINITE_SEED = 9
+
+
 def test_lr_1e9_stops_at_the_first_nonfinite_value_with_a_dump(gspo, tmp_path):
-    result = gspo.invoke("train", "-q", *TINY, f"seed={LEARNING_SEED}", "train.steps=3", "train.lr=1e9",
+    result = gspo.invoke("train", "-q", *TINY, f"seed={NONFINITE_SEED}", "train.steps=3", "train.lr=1e9",
                          f"output_dir={tmp_path}", "run_id=r")
     run = tmp_path / "r"
     assert isinstance(result.exception, GspoError)
     message = str(result.exception)
-    assert message.startswith("step 1: optim/grad_norm in update 2; stopped before it reached the weights")
+    assert message.startswith("step 2: optim/grad_norm in update 2; stopped before it reached the weights")
     status = json.loads((run / "run.json").read_text())
-    assert status["status"] == "failed" and status["error"].startswith("GspoError: step 1: optim/grad_norm")
-    dump = json.loads((run / "nonfinite_step_000001.json").read_text())
+    assert status["status"] == "failed" and status["error"].startswith("GspoError: step 2: optim/grad_norm")
+    dump = json.loads((run / "nonfinite_step_000002.json").read_text())
     assert len(dump["prompts"]) == len(dump["completions"]) == len(dump["rewards"]) == 8
     assert "ratio/seq_max" in dump["ratio_stats"]
-    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0]  # the failed step is not logged
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1]  # the failed step is not logged
     assert not (run / "checkpoints").exists()
 
 
 def test_skip_drops_the_batch_and_goes_on(gspo, tmp_path):
-    run = gspo.train(tmp_path, "r", *TINY, f"seed={LEARNING_SEED}", "train.steps=2", "train.lr=1e9",
+    run = gspo.train(tmp_path, "r", *TINY, f"seed={NONFINITE_SEED}", "train.steps=3", "train.lr=1e9",
                      "train.on_nonfinite=skip", "train.eval_every=0")
     rows = read_jsonl(run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [0, 1, 2] and rows[1] == {"step": 1, "guard/skipped_batch": 1.0}
-    assert (run / "nonfinite_step_000001.json").exists()
+    assert [r["step"] for r in rows] == [0, 1, 2, 3] and rows[2] == {"step": 2, "guard/skipped_batch": 1.0}
+    assert (run / "nonfinite_step_000002.json").exists()
     assert OmegaConf.load(run / "config.yaml").train.on_nonfinite == "skip"

@@ -12,7 +12,7 @@ import torch
 from gspo.evals.arith import ALPHABET
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.rollout import HFEngine, Rollout, _concat, completion_mask_from_eos
+from gspo.trainer.rollout import HFEngine, Rollout, completion_mask_from_eos, concat_rollouts
 
 PROMPTS = ["12+345=", "7*8=", "9+9=", "4021*3="]  # different lengths: the batch is left-padded
 
@@ -149,8 +149,8 @@ def test_model_generation_defaults_do_not_leak_into_sampling():
     model._prepare_generation_config = spy
     _engine(model, tokenizer, max_new_tokens=4, temperature=0.7, sampler="generate").generate(PROMPTS, seed=0)
     (config,) = resolved
-    assert config.do_sample and config.temperature == 0.7 and config.top_p == 1.0
-    assert config.top_k in (0, None) and config.repetition_penalty == 1.0 and config.min_p is None
+    # greedy search over RowSampler's scores (one token left per row): no warper of the model's runs
+    assert not config.do_sample and config.repetition_penalty == 1.0 and config.min_p is None
     assert (model.generation_config.top_k, model.generation_config.repetition_penalty) == (1, 3.0)  # restored
 
 
@@ -190,7 +190,7 @@ def test_concat_pads_prompts_left_and_completions_right():
     a = _rollout([[0, 7, 8]], [[5, 1]], [[1, 1]], ["a"], [False], [[-0.5, -0.25]])  # P=3, T=2
     b = _rollout([[9, 9, 9, 9], [0, 0, 4, 4]], [[6, 6, 1], [1, 0, 0]], [[1, 1, 1], [1, 0, 0]], ["b", "c"], [False, False],
                  [[-1.0, -2.0, -3.0], [-4.0, 0.0, 0.0]])  # P=4, T=3
-    out = _concat([a, b], pad_id=0)
+    out = concat_rollouts([a, b], pad_id=0)
     assert out.input_ids.tolist() == [[0, 0, 7, 8, 5, 1, 0], [9, 9, 9, 9, 6, 6, 1], [0, 0, 4, 4, 1, 0, 0]]
     assert out.attention_mask.tolist() == [[0, 0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0]]
     assert out.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
@@ -216,11 +216,43 @@ def test_generate_in_several_batches_concatenates_consistently(tiny):
     torch.testing.assert_close(out.engine_logp, logp * out.completion_mask, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("sampler", ["lean", "generate"])
+def test_a_rows_completion_does_not_depend_on_its_batch(tiny, sampler):
+    """Row i samples with seed + i whatever shares its batch: the rows [2, 8) of one call are the rows of a
+    call on those prompts alone with seed + 2, and of calls with another batch size (what makes a rank's
+    share of a step's rollout equal to the same rows of a one-process rollout), with either sampler."""
+    model, tokenizer = tiny
+    prompts = PROMPTS * 2
+    whole = _engine(model, tokenizer, sampler=sampler).generate(prompts, seed=7)
+    tail = _engine(model, tokenizer, sampler=sampler).generate(prompts[2:], seed=9)
+    small = _engine(model, tokenizer, batch_size=3, sampler=sampler).generate(prompts, seed=7)
+    assert tail.texts == whole.texts[2:] and small.texts == whole.texts
+    assert len(set(whole.texts)) > 1
+
+
+def test_row_sampler_draws_from_the_tempered_nucleus():
+    """RowSampler keeps exactly one token per row, drawn from softmax(logits / T) restricted to the top-p
+    nucleus: over 4000 seeded rows the frequencies match those probabilities (a 4-sigma band)."""
+    from gspo.trainer.logprobs import sampling_logits
+    from gspo.trainer.rollout import RowSampler
+
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, -3.0])
+    n, temperature, top_p = 4000, 0.8, 0.9
+    sampler = RowSampler(list(range(n)), torch.device("cpu"), temperature=temperature, top_p=top_p)
+    scores = sampler(torch.zeros(n, 1, dtype=torch.long), logits.expand(n, -1).clone())
+    kept = torch.isfinite(scores)
+    assert kept.sum(-1).eq(1).all()
+    freq = torch.bincount(kept.float().argmax(-1), minlength=5).double() / n
+    probs = torch.softmax(sampling_logits(logits, temperature, top_p), -1).double()
+    assert probs[-1] == 0 and freq[-1] == 0  # outside the nucleus: never drawn
+    assert torch.all((freq - probs).abs() <= 4 * (probs * (1 - probs) / n).sqrt() + 1e-12)
+
+
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])
 def test_lean_sampler_draws_what_generate_draws(tiny, temperature, top_p):
     """The lean loop draws each token from the same distribution in the same way as transformers' generate
-    (one torch.multinomial on the same probabilities; the model's own sampling defaults, top_k=1 here,
-    reach neither): on a fixed seed it returns the same tokens and the same log-probs of them. Greedy
+    (row i from its own generator seeded seed + i, RowSampler, on the same probabilities; the model's own
+    sampling defaults, top_k=1 here, reach neither): on a fixed seed it returns the same tokens and the same log-probs of them. Greedy
     decoding agrees."""
     model, tokenizer = tiny
     saved, model.generation_config.top_k = model.generation_config.top_k, 1
@@ -283,3 +315,38 @@ def test_lean_sampler_logprobs_and_entropy_are_the_trainers(tiny, temperature, t
     torch.testing.assert_close(out.engine_logp, logp * mask, rtol=0, atol=1e-5)
     torch.testing.assert_close(out.engine_entropy, entropy * mask, rtol=0, atol=1e-5)
     assert (logp * mask).abs().sum() > 1 and (entropy * mask).sum() > 1  # not a comparison of zeros
+
+
+def test_row_uniforms_are_splitmix64_of_seed_and_token_index():
+    """The sampler's counter-based uniforms equal a pure-Python SplitMix64 (64-bit wrapping arithmetic,
+    logical shifts), for seeds up to 2**62 and token indices up to 10**6: torch's int64 ops wrap as the
+    reference does, and a row's uniform depends on its seed and token index alone."""
+    from gspo.trainer.rollout import row_uniforms
+
+    mask = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & mask
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EB & mask
+        return x ^ (x >> 31)
+
+    def reference(seed: int, step: int) -> float:
+        return (mix((mix(seed) + (step + 1) * 0x9E3779B97F4A7C15) & mask) >> 11) * 2.0**-53
+
+    seeds = [0, 1, 2, 12345, 2**32 - 1, 2**40 + 7, 2**62 + 5]
+    for step in (0, 1, 7, 10**6):
+        assert row_uniforms(torch.tensor(seeds), step).tolist() == [reference(s, step) for s in seeds]
+    alone = row_uniforms(torch.tensor([12345]), 7)
+    assert alone.item() == row_uniforms(torch.tensor(seeds), 7)[3].item()
+    u = row_uniforms(torch.arange(20000), 3)
+    assert abs(u.mean().item() - 0.5) < 0.01 and abs(u.var().item() - 1 / 12) < 0.003
+
+
+def test_row_sampler_never_draws_a_zero_probability_token_at_the_top_of_the_cdf(monkeypatch):
+    """A uniform that rounds up to the total (1 - 2**-53 in fp32) still lands on the last token with
+    probability > 0, not on the zero-probability tail (outside the nucleus)."""
+    from gspo.trainer import rollout
+
+    monkeypatch.setattr(rollout, "row_uniforms", lambda seeds, step: torch.full(seeds.shape, 1 - 2**-53, dtype=torch.float64))
+    sampler = rollout.RowSampler([0, 1], torch.device("cpu"), temperature=1.0, top_p=1.0)
+    assert sampler.draw(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.1, 0.2, 0.7, 0.0]])).tolist() == [1, 2]

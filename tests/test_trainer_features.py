@@ -157,13 +157,15 @@ def test_chat_template_wraps_training_and_eval_prompts(gspo, tmp_path, monkeypat
 
 def test_micro_batches_change_no_number(gspo, finished_run, tmp_path):
     """train.micro_batch_size=1 (gradient accumulation over single sequences) reproduces the run without
-    it: losses, clip fractions, ratios and the learned weights' evals, to float32 summation order."""
+    it: losses, clip fractions, ratios and the learned weights' evals, to float32 summation order. The diag/
+    statistics of log-ratios get 1e-3: a log-ratio is a difference of two nearly equal log-probs, which
+    magnifies their last-bit differences (measured 1.5e-4 on a correlation)."""
     run = gspo.train(tmp_path, "micro", f"seed={LEARNING_SEED}", "train.steps=2", "train.micro_batch_size=1")
     got, want = (without_timing(_rows(r / "metrics.jsonl")) for r in (run, finished_run))
     assert [set(r) for r in got] == [set(r) for r in want]
     for g, w in zip(got, want, strict=True):
         for key, value in w.items():
-            assert g[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+            assert g[key] == pytest.approx(value, rel=1e-3 if key.startswith("diag/") else 1e-4, abs=1e-6), key
 
 
 def test_gspo_token_trains_like_gspo_and_grpo_does_not(gspo, tmp_path):

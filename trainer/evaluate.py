@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
 from gspo.evals.sandbox import accept_weak
+from gspo.trainer import fsdp
 from gspo.trainer.engines import make_engine
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.models import pick_device
@@ -144,6 +145,9 @@ def _eval_model(cfg, log):
     ckpt = run.latest_checkpoint()
     if ckpt is None:
         raise GspoError(f"run {run.path} has no checkpoint yet")
+    if fsdp.is_sharded_checkpoint(ckpt) and not (ckpt / "model.safetensors").exists():
+        raise GspoError(f"{ckpt} holds FSDP shards only: gspo export-hf {ckpt} <folder>, then "
+                        "gspo eval model=hf model.name=<folder>")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt), merge=True)  # a LoRA adapter folded into the base
     return model, tokenizer, int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
 

@@ -20,6 +20,10 @@ from torch.utils.checkpoint import checkpoint
 
 OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any real logit
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled body
+# A sharded model (trainer/fsdp.py) carries this method, registered with FSDP so that its hooks gather the
+# root's weights (embeddings, output layer) around the whole computation, which calls the body and the
+# output layer directly, not the model's forward
+SHARDED_ENTRY = "gspo_completion_logprobs"
 
 
 def compile_body(model: torch.nn.Module) -> None:
@@ -65,7 +69,14 @@ def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tens
     return logp, entropy
 
 
-def completion_logprobs(
+def completion_logprobs(model: torch.nn.Module, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the last `n_completion` tokens of each row (`completion_logprobs_of`), through a sharded
+    model's FSDP-registered entry where it has one."""
+    entry = getattr(model, SHARDED_ENTRY, None)
+    return entry(*args, **kwargs) if entry is not None else completion_logprobs_of(model, *args, **kwargs)
+
+
+def completion_logprobs_of(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,

@@ -24,8 +24,10 @@ from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
+from gspo.trainer import distributed, fsdp
 from gspo.trainer.advantages import check_algorithm, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
+from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
@@ -36,10 +38,10 @@ from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
-from gspo.trainer.rollout import Rollout
+from gspo.trainer.rollout import Rollout, concat_rollouts
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
 from gspo.trainer.seeds import step_seed
-from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint
+from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
 from gspo.trainer.task_types import Item, Task, prompt_text
 from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, old_logprobs, to_host, update
@@ -51,65 +53,88 @@ def train(cfg, log=print) -> Path:
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     check_algorithm(cfg.algo, task)
     benches = load_benches(cfg)
-    device = pick_device(cfg.device)
-    precision_name = checked_precision(cfg, device)
-    require_engine(cfg.rollout)
-    cfg.run_id = cfg.run_id or default_run_id(cfg.algo.name, cfg.seed)
-    run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
+    world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
     try:
-        return _train(cfg, run, task, benches, (device, precision_name), log)
+        distributed.check_layout(cfg.train, world, cfg.rollout)
+        fsdp.check(cfg, world)
+        precision_name = checked_precision(cfg, device)
+        require_engine(cfg.rollout)
+        cfg.run_id = distributed.broadcast(cfg.run_id or default_run_id(cfg.algo.name, cfg.seed), world)
+        if world.main:
+            run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
+            distributed.clear_failures(run.path)
+        else:  # [distributed] reads the run, writes nothing; rank 0 says everything
+            run, log = FollowerRun(Path(cfg.output_dir) / cfg.run_id, world.rank), (lambda _message: None)
+        try:
+            return _train(cfg, run, task, benches, (device, precision_name, world), log)
+        finally:
+            run.close()
     finally:
-        run.close()
+        distributed.stop(world)
 
 
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
-    """The run itself, with `run` locked; `compute`: (device, precision name)."""
-    device, precision_name = compute
-    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume else None
+    """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
+    device, precision_name, world = compute
+    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume and world.main else None
+    ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
     if cfg.resume:
         log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
-    model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt else None)
+    sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/fsdp.py; fsdp.check has made sure there are ranks
+    if ckpt and fsdp.is_sharded_checkpoint(ckpt) != sharded:
+        raise GspoError(f"resume: {ckpt.name} was saved with train.fsdp={not sharded}; resume with the same setting")
+    # a sharded checkpoint's weights are its shards: the model starts as the run did and loads them below
+    model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None)
     if cfg.algo.routing_replay and not find_routers(model):
         raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
     model.to(device)
     if cfg.train.compile:
         compile_body(model)
+    if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
+        fsdp.shard(model, bf16=precision_name == "bf16")
+        precision_name = "fp32"
     precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
-    start = load_checkpoint(ckpt, optimizer, scheduler, precision) if ckpt else 0
+    start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
     run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     run.write_config(config_to_yaml(cfg))
-    run.set_status("running", step=start, run_dir=str(run.path))
+    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}))
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True))
+        loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True)) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
-        ref_model = _reference(cfg, model, log, resumed=ckpt is not None)
+        ref_model = _reference(cfg, model, log, resumed=ckpt is not None, sharded=sharded)
         routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
         collapse = _collapse_detector(cfg, task, run)
         conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
         optim = Optim(precision, optimizer, scheduler)
-        if start == 0:
+        # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
+        # collectives) every rank evaluates and rank 0 alone writes
+        evaluates = world.main or sharded
+        if start == 0 and evaluates:
             row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
             loggers.metrics(0, row0)
             _watch(collapse, cfg, run, 0, row0, log)
-        with Progress(cfg.train.steps, start, enabled=cfg.logger.progress) as bar:
+        with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
             say = bar.wrap(log)
             for step in range(start + 1, cfg.train.steps + 1):
                 try:
-                    row = train_step(step, conf, policy, optim, task, loggers)
+                    row = train_step(step, conf, policy, optim, task, loggers, world=world)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
-                if last or (cfg.train.eval_every and step % cfg.train.eval_every == 0):
+                if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
-                stop = _watch(collapse, cfg, run, step, row, say)
+                stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
                 last = last or stop
-                if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
+                if sharded and (last or (cfg.train.save_every and step % cfg.train.save_every == 0)):
+                    save_sharded_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision, world,
+                                            keep=cfg.train.keep_checkpoints, full=last)  # every rank
+                elif world.main and (last or (cfg.train.save_every and step % cfg.train.save_every == 0)):
                     save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
                                     keep=cfg.train.keep_checkpoints)
                 run.set_status("running", step=step)
@@ -123,10 +148,13 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
+        if not world.main:
+            run.fail(error)  # [distributed] torchrun stops the other ranks next; rank 0 keeps this error
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-        run.set_status(status, **({"error": error} if error else {}))
+        status, error, extra = distributed.final_status(run, status, error, world)
+        run.set_status(status, **({"error": error} if error else {}), **extra)
         if loggers is not None:
             loggers.close(0 if status == "finished" else 1)
     return run.path
@@ -157,16 +185,19 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _reference(cfg, model, log, *, resumed: bool):
+def _reference(cfg, model, log, *, resumed: bool, sharded: bool = False):
     """The frozen initial policy for the KL term (None when kl_beta = 0). With LoRA it is the policy itself,
     scored with its adapters off. A resumed run's `model` holds the checkpoint's weights, so the reference
-    is loaded afresh from where the run started."""
+    is loaded afresh from where the run started; under FSDP it is loaded afresh and sharded like the policy."""
     if cfg.algo.kl_beta <= 0:
         return None
     if cfg.model.lora.r > 0:
         return model
-    ref = load_policy(cfg, log)[0].to(next(model.parameters()).device) if resumed else copy.deepcopy(model)
+    fresh = resumed or sharded
+    ref = load_policy(cfg, log)[0].to(next(model.parameters()).device) if fresh else copy.deepcopy(model)
     ref.eval().requires_grad_(False)
+    if sharded:
+        fsdp.shard(ref, bf16=cfg.train.precision == "bf16")
     return ref
 
 
@@ -211,17 +242,24 @@ class Optim:
     scheduler: Any
 
 
-def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: Task, loggers) -> dict:
+def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: Task, loggers, *,
+               world: World = World()) -> dict:
     """One rollout batch and its updates; returns the step's metrics row. Every tensor lives on the model's
-    device; the vLLM engine's CPU rollout is moved there once."""
+    device; the vLLM engine's CPU rollout is moved there once. With several processes (`world`), this rank
+    generates and grades its own groups, then every rank holds the whole batch and the scoring and update
+    forwards are dealt out (trainer/distributed.py): the update and the row are the whole batch's."""
     precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
     t0 = time.perf_counter()
     items = task.train_items(seed=conf.seed, step=step, n=conf.train.prompts_per_step)
     prompts = format_prompts(engine.tokenizer, items, chat=conf.chat, repeat=G)
-    rollout = engine.generate(prompts, seed=step_seed(conf.seed, step, "rollout")).to(precision.device)
-    t_gen = time.perf_counter()
     golds = [it.gold for it in items for _ in range(G)]
-    rewards = torch.tensor(task.rewards(rollout.texts, golds), device=precision.device)  # [N]
+    groups = distributed.group_range(conf.train.prompts_per_step, world)  # [distributed] this rank's groups
+    mine = slice(groups.start * G, groups.stop * G)
+    # row i of the step samples with seed + i whichever rank generates it
+    rollout = engine.generate(prompts[mine], seed=step_seed(conf.seed, step, "rollout") + mine.start).to(precision.device)
+    t_gen = time.perf_counter()
+    rewards = torch.tensor(task.rewards(rollout.texts, golds[mine]), device=precision.device)  # [N]
+    rollout, rewards = _whole_batch(rollout, rewards, world, engine.tokenizer.pad_token_id)  # [distributed]
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
@@ -229,7 +267,7 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
                                         rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
         old_logp, entropy, ref_logp = old_logprobs(policy.model, policy.ref_model, rollout, precision=precision,
                                                    algo=algo, train=conf.train, sampling=conf.sampling,
-                                                   routing=policy.routing)
+                                                   routing=policy.routing, world=world)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         batch = Batch(rollout, advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp,
                       ref_logp, lengths, policy.routing)
@@ -237,7 +275,7 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
         t_scored = time.perf_counter()
         metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
                                  train=conf.train, rollout=conf.sampling, seed=step_seed(conf.seed, step, "shuffle"),
-                                 undoable=conf.train.on_nonfinite == "skip"))
+                                 undoable=conf.train.on_nonfinite == "skip", world=world))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise
@@ -251,6 +289,16 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
     loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step))
     return row
+
+
+def _whole_batch(rollout: Rollout, rewards: torch.Tensor, world: World, pad_id: int) -> tuple[Rollout, torch.Tensor]:
+    """[distributed] Every rank's graded rows, in rank (= row) order, padded as one process pads its
+    generation chunks (prompts left to the widest, completions right): the step's whole batch on every rank."""
+    if world.size == 1:
+        return rollout, rewards
+    parts = distributed.gather_objects((rollout.to(torch.device("cpu")), rewards.cpu()), world)
+    whole = concat_rollouts([r for r, _ in parts], pad_id).to(rewards.device)
+    return whole, torch.cat([w for _, w in parts]).to(rewards.device)
 
 
 def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy, update_metrics: dict,

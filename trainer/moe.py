@@ -26,6 +26,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from gspo.trainer import distributed
+
 
 def find_routers(model: nn.Module) -> list[nn.Module]:
     """The top-k router modules of `model`, in forward order (empty for a dense model)."""
@@ -88,13 +90,20 @@ class RoutingRecorder:
     def stop(self) -> None:
         self._mode = "off"
 
-    def metrics(self) -> dict[str, Tensor]:
+    def share(self, world) -> None:
+        """[distributed] After a scoring pass dealt across ranks: every rank's recorded rows on every rank
+        (each rank recorded its chunks into zeros)."""
+        distributed.sum_tensors(self._recorded, world)
+
+    def metrics(self, world=None) -> dict[str, Tensor]:
         """moe/routing_changed_frac (share of attended token-layer decisions whose top-k set changed
         since the old policy, over the step's update forwards) and moe/load_max (the most loaded
         expert's share of the old policy's routed slots times the number of experts, mean over layers:
         1 is perfectly balanced, num_experts is everything on one expert)."""
         if not self.routers:
             return {}
+        if world is not None:  # [distributed] the counts of every rank's update forwards
+            distributed.sum_tensors([self._changed, self._total], world)
         return {"moe/routing_changed_frac": self._changed / self._total.clamp(min=1),
                 "moe/load_max": torch.stack([self._load_max(i) for i in range(len(self.routers))]).mean()}
 

@@ -76,6 +76,8 @@ class Precision:
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.master, max_grad_norm)
+        if hasattr(norm, "full_tensor"):  # FSDP's sharded gradients: the norm is a (replicated) DTensor
+            norm = norm.full_tensor()
         if guard is not None:
             try:
                 guard(norm if self.scaler is None else None)

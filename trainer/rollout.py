@@ -12,8 +12,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, GenerationConfig
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from gspo.trainer import fsdp
 from gspo.trainer.logprobs import sampling_logits
 
 
@@ -60,8 +61,9 @@ class HFEngine:
     """Sampling with the trained transformers model itself, on any device.
 
     `sampler="lean"` (the default) runs its own decoding loop: one prefill, then one forward per new token
-    on a KV cache, drawing each token with `torch.multinomial` from softmax(sampling_logits(logits)), the
-    distribution the trainer scores, exactly as `generate` draws it (same draws from the same seed). It
+    on a KV cache, drawing each token from softmax(sampling_logits(logits)), the distribution the trainer
+    scores, with row i's own counter-based uniforms (`RowSampler`, seeded seed + i), exactly as `generate` draws it
+    through the same sampler (same tokens from the same seed). It
     also returns the log-prob of each chosen token and the entropy of each step's distribution, from the
     logits it samples from: at the trainer's precision these are the old policy's (algo.old_logp_source=
     auto). `sampler="generate"` calls transformers' `generate`, the general reference.
@@ -77,11 +79,12 @@ class HFEngine:
         self.batch_size, self.want_logprobs = batch_size, want_logprobs
         self.eos_ids = eos_ids_of(model, tokenizer)
 
-    def _generation_config(self, greedy: bool, max_new_tokens: int) -> GenerationConfig:
-        sampling = {} if greedy else {"temperature": self.temperature, "top_p": self.top_p, "top_k": 0}
-        return _neutral_config(do_sample=not greedy, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
+    def _generation_config(self, max_new_tokens: int) -> GenerationConfig:
+        # always transformers' greedy search: when sampling, RowSampler has already reduced each row's
+        # scores to the one token it drew
+        return _neutral_config(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
                                pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True,
-                               output_logits=self.want_logprobs, **sampling)
+                               output_logits=self.want_logprobs)
 
     def sync_weights(self, model) -> None:
         """Nothing to do: generation runs on the trained model itself."""
@@ -89,18 +92,22 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[str], *, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None) -> Rollout:
-        """Complete each prompt once (repeat a prompt G times for a group); draws derive from `seed`."""
+        """Complete each prompt once (repeat a prompt G times for a group); prompt i samples with seed + i (as
+        the vLLM engine's requests do), so a completion does not depend on the batch it shares: a rank that
+        generates rows [a, b) of a step with seed + a draws what one process generating them all draws."""
         parts = [
             self._generate_batch(prompts[i : i + self.batch_size], seed=seed + i, greedy=greedy,
                                  max_new_tokens=max_new_tokens or self.max_new_tokens)
             for i in range(0, len(prompts), self.batch_size)
         ]
-        return parts[0] if len(parts) == 1 else _concat(parts, self.tokenizer.pad_token_id)
+        return parts[0] if len(parts) == 1 else concat_rollouts(parts, self.tokenizer.pad_token_id)
 
     def _generate_batch(self, prompts: list[str], *, seed: int, greedy: bool, max_new_tokens: int) -> Rollout:
         device = next(self.model.parameters()).device
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        config = self._generation_config(greedy, max_new_tokens)
+        config = self._generation_config(max_new_tokens)
+        sampler = None if greedy else RowSampler([seed + j for j in range(len(prompts))], device,
+                                                 temperature=self.temperature, top_p=self.top_p)
         was_training, saved = self.model.training, self.model.generation_config
         self.model.eval()
         # transformers fills any value left at its global default from the model's own generation config
@@ -109,18 +116,19 @@ class HFEngine:
         self.model.generation_config = config
         engine_logp = engine_entropy = None
         try:
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
-                    torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-                torch.manual_seed(seed)
+            with torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
                 if self.sampler == "lean":
                     completion, engine_logp, engine_entropy = self._decode(enc.input_ids, enc.attention_mask,
-                                                                           greedy=greedy, max_new_tokens=max_new_tokens)
+                                                                           sampler=sampler,
+                                                                           max_new_tokens=max_new_tokens)
                 else:
-                    out = self.model.generate(**enc, generation_config=config)
+                    out = self.model.generate(**enc, generation_config=config, synced_gpus=fsdp.is_sharded(self.model),
+                                              logits_processor=LogitsProcessorList([sampler] if sampler else []))
                     completion = out.sequences[:, enc.input_ids.shape[1]:]  # [N, T]
         finally:
             self.model.generation_config = saved
             self.model.train(was_training)
+            fsdp.reshard(self.model)
         mask, truncated = completion_mask_from_eos(completion, self.eos_ids)
         completion = torch.where(mask.bool(), completion, torch.full_like(completion, self.tokenizer.pad_token_id))
         if self.sampler != "lean" and self.want_logprobs:
@@ -136,13 +144,17 @@ class HFEngine:
             engine_entropy=engine_entropy * mask if engine_entropy is not None else None,
         )
 
-    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, greedy: bool,
+    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, sampler: RowSampler | None,
                 max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """The lean sampling loop: [N, P] left-padded prompts -> completion ids [N, T] (pad after a row's
-        eos; T <= max_new_tokens, shorter when every row ended), and unless `greedy` the chosen tokens'
-        log-probs [N, T] and the entropies [N, T] of the sampling distribution. Like `generate`, ended rows
-        keep their place (so the draws are generate's, token for token, on the same seed), and it checks
-        once per token whether every row has ended (one host sync per token)."""
+        eos; T <= max_new_tokens, shorter when every row ended), and when sampling (`sampler` given; None is
+        greedy) the chosen tokens' log-probs [N, T] and the entropies [N, T] of the sampling distribution.
+        Row i draws with its own uniforms (`sampler`, seeded seed + i), the draws `generate` makes with the
+        same sampler, token for token; ended rows keep their place, and it checks once per token whether
+        every row has ended (one host sync per token). Under FSDP every rank decodes until all ranks' rows
+        have ended (each forward is a collective), as transformers' synced_gpus does."""
+        greedy = sampler is None
+        lockstep = fsdp.is_sharded(self.model)
         n = input_ids.shape[0]
         pad = self.tokenizer.pad_token_id
         eos = torch.tensor(self.eos_ids, device=input_ids.device)
@@ -160,13 +172,13 @@ class HFEngine:
                 token = logits.argmax(-1)
             else:
                 probs, logp = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
-                token = torch.multinomial(probs, num_samples=1).squeeze(1)  # as generate draws it
+                token = sampler.draw(probs)  # row i at its own uniform, as generate draws it
                 logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
                 ents.append(-(probs * logp).sum(-1))
             token = token.masked_fill(done, pad)
             tokens.append(token)
             done = done | torch.isin(token, eos)
-            if t + 1 == max_new_tokens or bool(done.all()):
+            if t + 1 == max_new_tokens or (fsdp.all_done(bool(done.all())) if lockstep else bool(done.all())):
                 break
             attention_mask = torch.cat([attention_mask, ones], dim=1)
             position = position + 1
@@ -178,12 +190,68 @@ class HFEngine:
         return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
 
 
+def _int64(c: int) -> int:
+    """A 64-bit constant as the signed value torch's int64 holds (arithmetic wraps modulo 2**64)."""
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_GOLDEN, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, _int64(0xBF58476D1CE4E5B9), _int64(0x94D049BB133111EB)
+
+
+def _shr(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic on signed integers)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser (Steele, Lea, Flood 2014), elementwise on int64."""
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    return x ^ _shr(x, 31)
+
+
+def row_uniforms(seeds: torch.Tensor, step: int) -> torch.Tensor:
+    """[n] int64 seeds, a token index -> [n] float64 uniforms in [0, 1): a counter-based draw (SplitMix64
+    of the seed's own stream at position `step`), so row i's draw at token t depends on (seeds[i], t) alone,
+    whatever else is in the batch, on any device, in one vectorised op."""
+    x = _mix(_mix(seeds) + _int64((step + 1) * _GOLDEN % (1 << 64)))
+    return _shr(x, 11).double() * 2.0**-53
+
+
+class RowSampler(LogitsProcessor):
+    """Draws every row's next token from softmax(logits / T) with top-p (`sampling_logits`, the distribution
+    the trainer scores) by the inverse CDF at the row's own uniform (`row_uniforms` of its seed `seeds[i]`
+    and the token index); returns scores that keep only the drawn token, so transformers' greedy search
+    picks it. A row's completion thus depends on its seed and its prompt alone, not on which rows share its
+    batch, its process or its rank (vLLM's per-request seeds give its engine the same property)."""
+
+    def __init__(self, seeds: list[int], device: torch.device, *, temperature: float, top_p: float):
+        self.seeds = torch.tensor(seeds, dtype=torch.long, device=device)
+        self.temperature, self.top_p = temperature, top_p
+        self.step = 0  # the next token's index: the lean loop and generate both ask once per token
+
+    def draw(self, probs: torch.Tensor) -> torch.Tensor:
+        """[n, V] probabilities -> [n] token ids: the first token whose cumulative probability exceeds the
+        row's uniform (a zero-probability token, outside the nucleus, is never the first)."""
+        cdf = probs.float().cumsum(-1)  # [n, V] fp32: a float64 cumsum costs ~13x more over a 32k vocabulary
+        total = cdf[:, -1]
+        # strictly below the total, so the token found has probability > 0 even where rounding reaches it
+        u = torch.minimum(row_uniforms(self.seeds, self.step).float() * total, torch.nextafter(total, total.new_zeros(())))
+        self.step += 1
+        return torch.searchsorted(cdf, u.unsqueeze(-1), right=True).squeeze(-1)  # [n]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)  # [n, V]
+        chosen = self.draw(probs).unsqueeze(-1)  # [n, 1]
+        return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
+
+
 def _neutral_config(**values) -> GenerationConfig:
     return GenerationConfig(repetition_penalty=1.0, no_repeat_ngram_size=0, min_p=None,
                             typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0, length_penalty=1.0, **values)
 
 
-def _concat(parts: list[Rollout], pad_id: int) -> Rollout:
+def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
     """Join rollouts whose prompt and completion widths differ: prompts pad left, completions right."""
     p = max(r.input_ids.shape[1] - r.n_completion for r in parts)
     t = max(r.n_completion for r in parts)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 
 import torch
 
+from gspo.trainer import fsdp
 from gspo.trainer.precision import Precision
 from gspo.trainer.rundir import RunDir
 
@@ -44,11 +47,42 @@ def save_checkpoint(run: RunDir, step: int, model, tokenizer, optimizer, schedul
     return run.save_checkpoint(step, write, keep=keep)
 
 
-def load_checkpoint(folder: Path, optimizer, scheduler, precision: Precision) -> int:
+def save_sharded_checkpoint(run, step: int, model, tokenizer, optimizer, scheduler, precision: Precision, world, *,
+                            keep: int = 0, full: bool = False) -> None:
+    """[FSDP] Every rank writes its shards of the model and optimizer (trainer/fsdp.py) into a staging folder
+    of the run; rank 0 then makes it a checkpoint like any other (manifest, atomic rename, pruning) with the
+    config, tokenizer, schedule and step beside the shards. With `full`, the whole weights are gathered to
+    rank 0 and saved too (model.safetensors), so the checkpoint is also a Hugging Face folder."""
+    stage = run.path / "checkpoints" / f".shards-step_{step:06d}"
+    if world.main:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+    torch.distributed.barrier()
+    fsdp.save_shards(stage, model, optimizer)
+    weights = fsdp.full_weights(model) if full else None
+    if world.main:
+        def write(folder: Path) -> None:
+            os.replace(stage, folder / fsdp.SHARDS)
+            if weights is not None:
+                model.save_pretrained(folder, state_dict=weights)
+            else:
+                model.config.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            torch.save({"scheduler": scheduler.state_dict(), "precision": precision.state_dict()}, folder / "optimizer.pt")
+            (folder / "trainer_state.json").write_text(json.dumps({"step": step, "fsdp_world_size": world.size}))
+
+        run.save_checkpoint(step, write, keep=keep)
+    torch.distributed.barrier()
+
+
+def load_checkpoint(folder: Path, optimizer, scheduler, precision: Precision, model=None) -> int:
     """Restore optimizer, schedule, master weights and loss scale from `folder` (the model was loaded from
-    it); returns its step."""
+    it; a sharded checkpoint's model shards are loaded here, into the sharded `model`); returns its step."""
     state = torch.load(folder / "optimizer.pt", weights_only=True)
-    optimizer.load_state_dict(state["optimizer"])
+    if fsdp.is_sharded_checkpoint(folder):
+        fsdp.load_shards(folder / fsdp.SHARDS, model, optimizer)
+    else:
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     precision.load_state_dict(state.get("precision", {}))  # checkpoints from before master weights have none
     return int(json.loads((folder / "trainer_state.json").read_text())["step"])

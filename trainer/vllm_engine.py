@@ -236,6 +236,7 @@ class _VLLMEngine:
             model=self.model_path, dtype=r.vllm_dtype, gpu_memory_utilization=r.gpu_memory_utilization,
             tensor_parallel_size=r.tensor_parallel_size, enable_prefix_caching=True, seed=cfg.seed,
             trust_remote_code=cfg.model.trust_remote_code, enable_sleep_mode=r.vllm_sleep, **extra,
+            **colocated_kwargs(),
         )
         self.sleep_mode = SleepMode(self.llm, r.vllm_sleep)
         # in place only with one worker: with TP, the in-process driver holds just its own shard (V0)
@@ -265,6 +266,13 @@ class _VLLMEngine:
         self.sleep_mode.sleep()  # the update gets the GPU memory back
         return rollout_from_outputs(outputs, self.tokenizer, self.eos_ids,
                                     want_logprobs=self.want_logprobs and not greedy)
+
+
+def colocated_kwargs() -> dict:
+    """Under torchrun, one engine per rank on the rank's own GPU, inside the job's processes: vLLM's
+    external_launcher executor (what TRL's colocate mode uses) takes the world torchrun set up instead of
+    starting workers of its own. Tensor parallelism across ranks is refused (trainer/distributed.py)."""
+    return {"distributed_executor_backend": "external_launcher"} if int(os.environ.get("WORLD_SIZE", 1)) > 1 else {}
 
 
 def __getattr__(name: str):
