@@ -115,6 +115,31 @@ def test_layouts_that_do_not_split_into_whole_groups_are_refused():
     check_layout(cfg.train, World(0, 1))
 
 
+def test_moe_routing_replay_on_two_processes_gives_the_one_process_step(gspo, tmp_path):
+    """tiny-moe with Routing Replay: the experts recorded in the scoring pass dealt across ranks are summed into
+    every rank's record (RoutingRecorder.share), and the update's replayed routing and moe/* metrics are the
+    one-process ones: weights and every metric within 1e-6 after a step that learns. One micro-batch per rank
+    per minibatch: the ranks' gradients then add up in the only order two terms have, so the second update
+    starts from the one-process weights (with more, the sums' association differs, the weights by ~1e-8
+    relative, and statistics of log-ratios, differences of nearly equal log-probs, magnify that to ~1e-5:
+    measured on this model with 2 micro-batches per rank)."""
+    common = ("model=tiny-moe", "algo=grpo_replay", "algo.old_logp_source=recompute", "seed=1", "train.steps=1",
+              "train.prompts_per_step=4", "train.group_size=4", "train.minibatches=2", "train.micro_batch_size=4",
+              "rollout.batch_size=8", "task.eval_size=8", "train.eval_every=0", "logger=local")
+    env = gspo.env | {"OMP_NUM_THREADS": "1"}  # both runs: one thread per process (the matmuls' summation order)
+    for run_id, launcher in (("one", []), ("two", ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"])):
+        cmd = [sys.executable, *launcher, "-m", "gspo.cli.main", "train", "-q", *common, f"output_dir={tmp_path}",
+               f"run_id={run_id}"]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_jsonl(tmp_path / "one" / "metrics.jsonl")
+    assert rows[1]["optim/grad_norm"] > 0 and rows[1]["moe/routing_changed_frac"] > 0
+    _assert_rows_match(rows, read_jsonl(tmp_path / "two" / "metrics.jsonl"))
+    a, b = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=RTOL, atol=0.0, msg=k)
+
+
 @pytest.mark.parametrize("overrides, message", [
     ((), r"^train.fsdp=true shards the model across processes: launch it under torchrun"),
     (("rollout=vllm",), r"^train.fsdp=true with rollout.engine=vllm"),
@@ -148,12 +173,16 @@ def test_fsdp_trains_in_bf16_with_a_sharded_reference(gspo, tmp_path):
 
 
 def test_a_rank_holds_whole_groups_and_is_dealt_whole_micro_batches():
+    """Plain data parallelism deals a minibatch's micro-batches in contiguous blocks (a rank's gradients
+    accumulate in one process's order before the all_reduce), FSDP and scoring round-robin."""
     assert group_range(4, World(1, 2)) == range(2, 4)
     idx = [7, 0, 4, 3, 5, 1]
     assert micro_batches(idx, 2, World(0, 2)) == [[7, 0], [4, 3], [5, 1]]  # what one process runs
     assert micro_batches(idx, None, World(0, 1)) == [idx]  # unset: the whole minibatch in one process
     assert micro_batches(idx, None, World(0, 4)) == [[7, 0], [4, 3], [5, 1]]  # ... 1/W of it (rounded up)
-    assert [k for k in range(3) if mine(k, World(1, 2))] == [1]  # micro-batch k is rank k mod W's
+    assert [k for k in range(3) if mine(k, World(1, 2))] == [1]  # round-robin (scoring chunks, FSDP): k mod W
+    assert [k for k in range(5) if mine(k, World(0, 2), 5)] == [0, 1, 2]  # contiguous blocks of ceil(n / W)
+    assert [k for k in range(5) if mine(k, World(1, 2), 5)] == [3, 4]
 
 
 FAIL_ON_RANK1 = """

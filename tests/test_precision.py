@@ -88,3 +88,26 @@ def test_bf16_trains_the_embedded_default_with_bf16_storage_and_resumes(gspo, tm
     gspo.train(tmp_path, "bf16", "model.dtype=bfloat16", "train.steps=3", "resume=true")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
+
+
+def test_clip_grads_is_torchs_clipping_with_a_float64_norm():
+    """clip_grads returns the norm before clipping, summed in float64 (a hand computation), and leaves the
+    gradients torch.nn.utils.clip_grad_norm_ leaves; below the threshold it changes nothing."""
+    from gspo.trainer.precision import clip_grads
+
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    for a, b in zip(ours, theirs, strict=True):
+        a.grad = torch.randn_like(a)
+        b.grad = a.grad.clone()
+    by_hand = sum(float(g) ** 2 for p in ours for g in p.grad.double().flatten()) ** 0.5
+    norm = clip_grads(ours, max_norm=1.0)
+    reference = torch.nn.utils.clip_grad_norm_(theirs, max_norm=1.0)
+    assert norm.dtype == torch.float32 and abs(norm.item() - by_hand) < 1e-6 * by_hand and by_hand > 1
+    torch.testing.assert_close(norm, reference)
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+    before = [p.grad.clone() for p in ours]
+    clip_grads(ours, max_norm=1e9)
+    assert all(torch.equal(p.grad, g) for p, g in zip(ours, before, strict=True))

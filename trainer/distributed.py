@@ -130,9 +130,15 @@ def group_range(n_groups: int, world: World) -> range:
     return range(world.rank * per, (world.rank + 1) * per)
 
 
-def mine(k: int, world: World) -> bool:
-    """Whether this rank computes the k-th forward (scoring chunk or micro-batch) of a batch: k mod W."""
-    return k % world.size == world.rank
+def mine(k: int, world: World, n: int | None = None) -> bool:
+    """Whether this rank computes the k-th of a batch's forwards (scoring chunks or micro-batches): k mod W
+    (round-robin, FSDP's rounds of W), or, given the count `n`, the r-th contiguous block of ceil(n / W).
+    A rank's gradients accumulate its micro-batches in order before the one all_reduce, so contiguous blocks
+    add up as (m0 + m1) + (m2 + m3), closer to one process's ((m0 + m1) + m2) + m3 than round-robin's
+    (m0 + m2) + (m1 + m3); FSDP's reduce after every round of W gives (m0 + m1) + (m2 + m3) round-robin."""
+    if n is None:
+        return k % world.size == world.rank
+    return k // -(-n // world.size) == world.rank
 
 
 def gather_objects(value, world: World) -> list:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed
 
 from gspo.conf.errors import GspoError
 
@@ -41,6 +42,31 @@ def check_precision(precision: str, storage: torch.dtype, device: torch.device) 
                         f"use train.precision=fp16 or fp32")
     if not torch.amp.is_autocast_available(device.type):
         raise GspoError(f"train.precision={precision}: no autocast on device {device.type!r}; use train.precision=fp32")
+
+
+def clip_grads(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale the gradients of `params` to a global L2 norm of at most `max_norm` (as
+    torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1); returns the norm
+    before clipping (fp32, 0-dim). Squares are summed in float64, per tensor and then over tensors, so the
+    norm of the same gradients split into shards another way (FSDP's, trainer/fsdp.py) agrees to ~1e-15; a
+    sharded gradient (DTensor) adds its local shard, and one all_reduce adds the ranks' shards."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+    squares = [torch.linalg.vector_norm(g.detach(), dtype=torch.float64) ** 2 for g in local]
+    sharded = [s for s, g in zip(squares, grads, strict=True) if hasattr(g, "to_local")]
+    whole = [s for s, g in zip(squares, grads, strict=True) if not hasattr(g, "to_local")]
+    total = squares[0].new_zeros(())
+    if sharded:
+        total = torch.stack(sharded).sum()
+        torch.distributed.all_reduce(total)  # every shard of every sharded gradient, once
+    if whole:
+        total = total + torch.stack(whole).sum()
+    norm = total.sqrt()
+    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(local, coef.to(local[0].dtype))
+    return norm.float()
 
 
 class Precision:
@@ -75,9 +101,7 @@ class Precision:
                 m.grad, p.grad = (None if p.grad is None else p.grad.float()), None
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(self.master, max_grad_norm)
-        if hasattr(norm, "full_tensor"):  # FSDP's sharded gradients: the norm is a (replicated) DTensor
-            norm = norm.full_tensor()
+        norm = clip_grads(self.master, max_grad_norm)
         if guard is not None:
             try:
                 guard(norm if self.scaler is None else None)

@@ -190,10 +190,10 @@ def _minibatch_step(model, batch: Batch, idx: list[int], used: list, kinds: dict
     sums = MetricSums(kinds, batch.advantages.device)
     parts = micro_batches(idx, train.micro_batch_size, world)
     sharded = fsdp.is_sharded(model)
-    # [distributed] micro-batch k is rank k mod W's; under FSDP every rank runs as many forwards and backwards
-    # (its collectives), a rank past its share a dummy one of zero weight
+    # [distributed] micro-batches in contiguous blocks per rank (round-robin under FSDP, whose every rank runs
+    # as many forwards and backwards, its collectives, a rank past its share a dummy one of zero weight)
     for k in range(fsdp.turns(len(parts), world) * world.size if sharded else len(parts)):
-        if not distributed.mine(k, world):
+        if not distributed.mine(k, world, None if sharded else len(parts)):
             continue
         dummy = k >= len(parts)
         part = parts[0] if dummy else parts[k]
