@@ -10,8 +10,8 @@ every function here is the identity. The contract, with B prompts of G completio
   sampling row i with seed + i) its rows are those a single process draws;
 - the graded rows are then gathered: every rank holds the step's whole batch, padded as one process pads it;
 - every forward after that is dealt out in the micro-batches one process would run: the scoring chunks of
-  the batch, and each minibatch's micro-batches (the same shuffle on every rank), micro-batch k to rank
-  k mod W. A rank computes the loss of its micro-batches with the global minibatch's sequence and token
+  the batch (chunk k to rank k mod W), and each minibatch's micro-batches (the same shuffle on every rank),
+  a contiguous block of ceil(K / W) per rank (round-robin under FSDP: `mine`). A rank computes the loss of its micro-batches with the global minibatch's sequence and token
   counts as denominators, so the ranks' gradients add up to the one-process gradient, and one
   all_reduce(SUM) per optimizer step adds them (before clipping: the norm is the global batch's). torch's
   DistributedDataParallel averages instead (it divides by W) and needs every rank to run the same number
