@@ -115,6 +115,17 @@ def check_layout(train, world: World, rollout=None) -> None:
                         "use train.on_nonfinite=stop with several processes")
 
 
+def main_first(fn, world: World):
+    """`fn()` on rank 0 first, then on the others (a barrier between): what fills a cache (the embedded model's
+    cold start, a hub download) is built once, and the other ranks read it, as accelerate's
+    main_process_first does."""
+    if world.size == 1:
+        return fn()
+    value = fn() if world.main else None
+    dist.barrier()
+    return value if world.main else fn()
+
+
 def broadcast(value, world: World):
     """Rank 0's `value` (any picklable object) on every rank."""
     if world.size == 1:

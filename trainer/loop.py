@@ -84,7 +84,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     if ckpt and fsdp.is_sharded_checkpoint(ckpt) != sharded:
         raise GspoError(f"resume: {ckpt.name} was saved with train.fsdp={not sharded}; resume with the same setting")
     # a sharded checkpoint's weights are its shards: the model starts as the run did and loads them below
-    model, tokenizer = load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None)
+    # rank 0 first: a cold start or hub download is made once, the other ranks read the cache
+    model, tokenizer = distributed.main_first(
+        lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
     if cfg.algo.routing_replay and not find_routers(model):
         raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
