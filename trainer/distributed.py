@@ -9,10 +9,10 @@ every function here is the identity. The contract, with B prompts of G completio
   all G rewards), generates and grades them, with the step's seed offset by its first row, so (each engine
   sampling row i with seed + i) its rows are those a single process draws;
 - the graded rows are then gathered: every rank holds the step's whole batch, padded as one process pads it;
-- every forward after that is dealt out in the micro-batches one process would run: the scoring chunks of
-  the batch (chunk k to rank k mod W), and each minibatch's micro-batches (the same shuffle on every rank),
-  a contiguous block of ceil(K / W) per rank (round-robin under FSDP: `mine`). A rank computes the loss of its micro-batches with the global minibatch's sequence and token
-  counts as denominators, so the ranks' gradients add up to the one-process gradient, and one
+- every forward after that is dealt out in the micro-batches one process would run (`dealt`): the scoring
+  chunks of the batch (chunk k to rank k mod W), and each minibatch's micro-batches (the same shuffle on
+  every rank), a contiguous block of ceil(K / W) per rank (round-robin under FSDP). A rank computes the
+  loss of its micro-batches with the global minibatch's sequence and token counts as denominators, so the ranks' gradients add up to the one-process gradient, and one
   all_reduce(SUM) per optimizer step adds them (before clipping: the norm is the global batch's). torch's
   DistributedDataParallel averages instead (it divides by W) and needs every rank to run the same number
   of forwards, which dealing whole micro-batches does not promise, so the sum is taken here;
@@ -150,6 +150,15 @@ def mine(k: int, world: World, n: int | None = None) -> bool:
     if n is None:
         return k % world.size == world.rank
     return k // -(-n // world.size) == world.rank
+
+
+def dealt(n: int, world: World, *, blocks: bool = False, lockstep: bool = False) -> list[int | None]:
+    """This rank's share of a batch's `n` forwards, as their indices: round-robin (`mine`), or contiguous
+    blocks with `blocks`. With `lockstep` (FSDP, whose forwards are collectives) every rank takes the same
+    number of turns, ceil(n / W), round-robin; a turn past the n forwards is None: a dummy of zero weight."""
+    if lockstep:
+        return [k if k < n else None for k in range(-(-n // world.size) * world.size) if mine(k, world)]
+    return [k for k in range(n) if mine(k, world, n if blocks else None)]
 
 
 def gather_objects(value, world: World) -> list:

@@ -7,7 +7,7 @@ What changes against plain data parallelism (trainer/distributed.py), and why:
 - every decoder layer and the root are `fully_shard`ed: a forward all-gathers a layer's weights, a backward
   reduce-scatters its gradients; so every rank must run the same number of forwards and backwards. The
   update and the scoring deal out the same micro-batches, and a rank with fewer takes a dummy turn (a
-  forward and backward of zero weight: `turns`); generation runs in lock step, every rank decoding until all
+  forward and backward of zero weight: `distributed.dealt`); generation runs in lock step, every rank decoding until all
   ranks' rows have ended (`all_done`), as transformers' `synced_gpus` does; under FSDP every rank runs the
   evaluation too (rank 0 alone writes it);
 - FSDP2 averages the gradients over ranks and the sum is wanted (each rank's loss already carries the
@@ -108,12 +108,6 @@ def reshard(model) -> None:
         model.reshard()
 
 
-def turns(n: int, world) -> int:
-    """How many forwards each rank runs when n are dealt out (k to rank k mod W): ceil(n / W), the same on
-    every rank; a rank past its share takes dummy turns."""
-    return -(-n // world.size)
-
-
 def all_done(done: bool) -> bool:
     """Whether every rank's `done` is true (one all_reduce): lock-step decoding under FSDP."""
     flag = torch.tensor([1 if done else 0], dtype=torch.int32,
@@ -168,14 +162,13 @@ def export_hf(checkpoint: Path, out: Path) -> Path:
         weights = torch.load(whole, weights_only=True)["model"]
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint))
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    tied = {k for k in missing if k.endswith("lm_head.weight") and model.config.tie_word_embeddings}
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})  # copies of other weights, as in full_weights
     if set(missing) - tied or unexpected:
         raise GspoError(f"{checkpoint}: its shards do not match the model of its config.json "
                         f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(checkpoint).save_pretrained(out)
-    for extra in ("generation_config.json",):
-        if (checkpoint / extra).exists():
-            shutil.copy(checkpoint / extra, out / extra)
+    if (checkpoint / "generation_config.json").exists():
+        shutil.copy(checkpoint / "generation_config.json", out / "generation_config.json")
     return out

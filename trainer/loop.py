@@ -93,8 +93,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     model.to(device)
     if cfg.train.compile:
         compile_body(model)
+    bf16 = precision_name == "bf16"
     if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
-        fsdp.shard(model, bf16=precision_name == "bf16")
+        fsdp.shard(model, bf16=bf16)
         precision_name = "fp32"
     precision = Precision(model, precision_name, device)
     torch.manual_seed(cfg.seed)
@@ -108,7 +109,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     try:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True)) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
-        ref_model = _reference(cfg, model, log, resumed=ckpt is not None, sharded=sharded)
+        ref_model = _reference(cfg, model, log, resumed=ckpt is not None,
+                               shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)
         routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
         collapse = _collapse_detector(cfg, task, run)
         conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
@@ -133,10 +135,11 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                 loggers.metrics(step, row)
                 stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
                 last = last or stop
-                if sharded and (last or (cfg.train.save_every and step % cfg.train.save_every == 0)):
+                save = last or (cfg.train.save_every and step % cfg.train.save_every == 0)
+                if save and sharded:
                     save_sharded_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision, world,
                                             keep=cfg.train.keep_checkpoints, full=last)  # every rank
-                elif world.main and (last or (cfg.train.save_every and step % cfg.train.save_every == 0)):
+                elif save and world.main:
                     save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
                                     keep=cfg.train.keep_checkpoints)
                 run.set_status("running", step=step)
@@ -187,19 +190,20 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _reference(cfg, model, log, *, resumed: bool, sharded: bool = False):
+def _reference(cfg, model, log, *, resumed: bool, shard=None):
     """The frozen initial policy for the KL term (None when kl_beta = 0). With LoRA it is the policy itself,
     scored with its adapters off. A resumed run's `model` holds the checkpoint's weights, so the reference
-    is loaded afresh from where the run started; under FSDP it is loaded afresh and sharded like the policy."""
+    is loaded afresh from where the run started; under FSDP it is loaded afresh and sharded like the policy
+    (`shard`)."""
     if cfg.algo.kl_beta <= 0:
         return None
     if cfg.model.lora.r > 0:
         return model
-    fresh = resumed or sharded
+    fresh = resumed or shard is not None
     ref = load_policy(cfg, log)[0].to(next(model.parameters()).device) if fresh else copy.deepcopy(model)
     ref.eval().requires_grad_(False)
-    if sharded:
-        fsdp.shard(ref, bf16=cfg.train.precision == "bf16")
+    if shard is not None:
+        shard(ref)
     return ref
 
 

@@ -192,10 +192,8 @@ def _minibatch_step(model, batch: Batch, idx: list[int], used: list, kinds: dict
     sharded = fsdp.is_sharded(model)
     # [distributed] micro-batches in contiguous blocks per rank (round-robin under FSDP, whose every rank runs
     # as many forwards and backwards, its collectives, a rank past its share a dummy one of zero weight)
-    for k in range(fsdp.turns(len(parts), world) * world.size if sharded else len(parts)):
-        if not distributed.mine(k, world, None if sharded else len(parts)):
-            continue
-        dummy = k >= len(parts)
+    for k in distributed.dealt(len(parts), world, blocks=True, lockstep=sharded):
+        dummy = k is None
         part = parts[0] if dummy else parts[k]
         loss, metrics = _micro_loss(model, batch, part, None if dummy else used, epoch, precision=precision,
                                     algo=algo, rollout=rollout, seq_den=seq_den, tok_den=tok_den,
@@ -305,11 +303,8 @@ def score(model, rollout: Rollout, *, precision: Precision, train, sampling, wit
     logp = rollout.completion_mask.new_zeros(n, width, dtype=torch.float32)
     ent = torch.zeros_like(logp) if with_entropy else None
     starts = list(range(0, n, rows))
-    sharded = fsdp.is_sharded(model)
-    for k in range(fsdp.turns(len(starts), world) * world.size if sharded else len(starts)):
-        if not distributed.mine(k, world):  # chunk k is rank k mod W's
-            continue
-        if k >= len(starts):  # FSDP: a dummy forward, so every rank joins as many all-gathers
+    for k in distributed.dealt(len(starts), world, lockstep=fsdp.is_sharded(model)):  # chunk k is rank k mod W's
+        if k is None:  # FSDP: a dummy forward, so every rank joins as many all-gathers
             completion_logprobs(model, rollout.input_ids[:1], rollout.attention_mask[:1], width, chunk=train.logprob_chunk)
             continue
         s = starts[k]
