@@ -26,6 +26,7 @@ run.json before it exits (torchrun then stops the others) and rank 0 keeps that 
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -89,8 +90,17 @@ def start(device: torch.device) -> tuple[World, torch.device]:
     return world, device
 
 
-def stop(world: World) -> None:
+def stop(world: World, *, clean: bool) -> None:
+    """Leave the job's process group so that no rank aborts at exit. After a clean run every rank first meets
+    the others at a barrier (no collective of any rank is still in flight); then the run's garbage is collected
+    while the interpreter is whole (FSDP's modules and hooks refer to each other, so only the collector frees
+    them, and gloo's worker threads must not meet their last references during interpreter shutdown: "terminate
+    called without an active exception"); then the group is destroyed. After a failure no barrier: a rank that
+    died would leave the others waiting in it until torchrun stops the job."""
     if world.size > 1 and dist.is_initialized():
+        if clean:
+            dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
 
 

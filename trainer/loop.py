@@ -54,6 +54,7 @@ def train(cfg, log=print) -> Path:
     check_algorithm(cfg.algo, task)
     benches = load_benches(cfg)
     world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
+    clean = False
     try:
         distributed.check_layout(cfg.train, world, cfg.rollout)
         fsdp.check(cfg, world)
@@ -66,11 +67,13 @@ def train(cfg, log=print) -> Path:
         else:  # [distributed] reads the run, writes nothing; rank 0 says everything
             run, log = FollowerRun(Path(cfg.output_dir) / cfg.run_id, world.rank), (lambda _message: None)
         try:
-            return _train(cfg, run, task, benches, (device, precision_name, world), log)
+            path = _train(cfg, run, task, benches, (device, precision_name, world), log)
         finally:
             run.close()
+        clean = True
+        return path
     finally:
-        distributed.stop(world)
+        distributed.stop(world, clean=clean)
 
 
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
