@@ -266,3 +266,24 @@ def test_unshare_backend_with_a_python_prefix_under_tmp(tmp_path):
     seen = _grader(f"import site\nfor p in {site!r}:\n    site.addsitedir(p)\n" + _PLAIN_RUN, "unshare",
                    python=str(venv / "bin" / "python"))
     assert seen == {"verdict": "accepted"}
+
+
+_NO_BINDING = """
+import json, sys
+sys.modules["pyseccomp"] = None  # as on a machine without the binding: importing it fails
+from gspo.conf.errors import GspoError
+from gspo.evals.graders.code import run_code
+try:
+    r = run_code("print(6 * 7)", [{"input": "", "output": "42"}], timeout_s=2, memory_mb=128)
+    print(json.dumps({"verdict": r.verdict}))
+except GspoError as e:
+    print(json.dumps({"refused": str(e)}))
+"""
+
+
+def test_without_a_seccomp_filter_the_sandbox_refuses(backend):
+    """Fail closed, in one line saying what to install, as for a missing backend."""
+    seen = _grader(_NO_BINDING, backend)
+    assert "refused" in seen, seen
+    assert "lacks seccomp" in seen["refused"] and "pip install pyseccomp" in seen["refused"]
+    assert "\n" not in seen["refused"]

@@ -7,8 +7,9 @@ written outside a private /tmp, /dev/shm and /var/tmp, no host socket reachable,
 nested user namespace, own pid and net namespaces) is used; with none, untrusted code is refused with one
 line saying what to install, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1):
   bwrap    bubblewrap: user, pid, net, ipc, uts, mount namespaces; a read-only root built from /usr, the
-           Python prefix and a few /etc files; a size-capped tmpfs /tmp as the only writable place;
-           no capabilities; nested user namespaces disabled where bwrap supports it.
+           Python prefix and a few /etc files; size- and inode-capped tmpfs /tmp and /dev/shm (mounted by
+           the runner, which bwrap lets hold CAP_SYS_ADMIN until then) the only writable places; no
+           capabilities; nested user namespaces disabled where bwrap supports it.
   unshare  util-linux unshare into user, mount, pid, net, ipc and uts namespaces, then the same view
            of the filesystem as bwrap, built by unshare.py; no capabilities, no nested user namespaces.
   plain    a process group with rlimits, nothing more.
@@ -37,7 +38,6 @@ log = logging.getLogger("gspo.evals.sandbox")  # the sandbox's one logger name, 
 
 SANDBOX_UID = 65534  # "nobody": the uid programs run as when the grader itself runs as root
 BACKENDS = ("bwrap", "unshare", "plain")
-_TMPFS_BYTES = 128 << 20  # the sandbox's writable /tmp (bwrap); /dev/shm gets a sixteenth of it
 _TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
               "/etc/group", "/etc/hosts")
@@ -63,9 +63,11 @@ def launch_argv(choice: Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     argv = [sys.executable, "-I", "-S", "-B", "-c", _source(*RUNNER_FUNCTIONS, call="_rn_main"),
             json.dumps(cfg)]
     if choice.name == "bwrap":
-        argv = _bwrap_argv(argv, env)
+        under = [p for p in _python_paths() if any(p.startswith(t + "/") for t in cfg["tmpfs"])]
+        argv[-1] = json.dumps({**cfg, "remount_tmpfs": True, "under_tmpfs": under})
+        argv = _bwrap_argv(argv, env, cfg["tmpfs"])
     elif choice.name == "unshare":
-        argv = _unshare_argv(argv, cfg["root"])
+        argv = _unshare_argv(argv, cfg["root"], cfg["tmpfs"], cfg["inodes"])
     if choice.drop_uid:
         argv = _shim_argv(argv)
     return argv
@@ -110,10 +112,11 @@ def _bwrap_help() -> str:
         return ""
 
 
-def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
+def _bwrap_argv(runner: list[str], env: dict[str, str], tmpfs: dict[str, int]) -> list[str]:
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--as-pid-1", "--new-session",
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
+            "--cap-add", "CAP_SYS_ADMIN"]  # for the runner's inode-capped tmpfs only; it drops it (_rn_tmpfs)
     if "--disable-userns" in _bwrap_help():
         argv.append("--disable-userns")  # no nested namespace in which the program gets capabilities
     for top in _TOPS:
@@ -122,9 +125,9 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    if "--size" in _bwrap_help():
-        argv += ["--size", str(_TMPFS_BYTES // 16), "--tmpfs", "/dev/shm", "--size", str(_TMPFS_BYTES)]
-    argv += ["--tmpfs", "/tmp"]  # before the binds: a Python prefix may live under /tmp (a venv there)
+    sized = "--size" in _bwrap_help()  # bwrap >= 0.5; bwrap cannot cap a tmpfs's inodes
+    for path in ("/dev/shm", "/tmp"):  # /tmp before the binds: a Python prefix may live under /tmp (a venv)
+        argv += [*(["--size", str(tmpfs[path])] if sized else []), "--tmpfs", path]
     for path in [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]:
         argv += ["--ro-bind", path, path]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
@@ -133,13 +136,13 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
     return [*argv, "--", *runner]
 
 
-def _unshare_argv(runner: list[str], root: str) -> list[str]:
+def _unshare_argv(runner: list[str], root: str, tmpfs: dict[str, int], inodes: int) -> list[str]:
     """util-linux unshare into new namespaces, then `_ns_main` builds bwrap's filesystem view at `root`
     (an empty host folder) and execs the runner; see unshare.py."""
     links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
     binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
     binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
-    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": {"/tmp": _TMPFS_BYTES, "/dev/shm": _TMPFS_BYTES // 16}}
+    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": tmpfs, "inodes": inodes}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--ipc", "--uts", "--", sys.executable, "-I", "-S", "-B", "-c",
             _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]

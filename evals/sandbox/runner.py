@@ -6,28 +6,38 @@ no module-level imports or globals: `ruff` (F821) then flags any name a shipped 
 
 The runner is pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a namespace's init
 from inside it, so a program cannot kill the runner, and `kill(-1, SIGKILL)` from pid 1 ends every leftover
-process (daemons, double forks) between jobs. The runner is non-dumpable, so a program running as the same
-uid can neither ptrace it nor open its file descriptors. One forked child per job gets its own rlimits,
-process group, fresh working dir and stdin from a memfd. Expected outputs never enter the sandbox: the
-grader compares outside.
+process (daemons, double forks). One runner serves exactly one job and then exits: every test, and every
+checker run, gets a fresh process, fresh /tmp and /dev/shm, a fresh IPC namespace and a fresh session
+keyring, so nothing of one job (its files, its memory, a checker's expected output) reaches the next, and
+nothing a program leaves behind has to be cleaned up in here. The runner is non-dumpable, so a program
+running as the same uid can neither ptrace it nor open its file descriptors. The job runs in a forked child
+with its own rlimits, process group and seccomp filter (see seccomp.py), stdin from a memfd. CPU time is
+charged for every process the program started: the runner reaps all of them (as init or subreaper), so
+what they used is the runner's RUSAGE_CHILDREN, and the live ones are read from /proc while they run.
+The reply is a JSON header and then stdout and stderr as raw bytes (no escaping that could multiply them).
 """
 
 def _rn_main() -> None:
-    """Serve jobs from the grader (framed JSON on stdin) until EOF; reply on stdout."""
+    """Serve one job from the grader (framed JSON on stdin); reply on stdout, then exit."""
     import ctypes
     import json
     import os
+    import platform
     import signal
     import sys
 
-    for name in ("glob", "math", "resource", "select", "shutil", "time", "traceback", "types"):
+    for name in ("glob", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
+    if cfg.get("remount_tmpfs"):
+        _rn_tmpfs(libc, cfg)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: same-uid programs cannot ptrace us or open our fds
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: setuid binaries grant nothing to our children
     if os.getpid() != 1:
         libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us to be killed
+    keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]  # keyctl has no libc wrapper
+    libc.syscall(keyctl, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING, NULL: a new keyring, not the grader's
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path.extend(cfg["sys_path"])
     rfd, wfd = os.dup(0), os.dup(1)
@@ -35,17 +45,43 @@ def _rn_main() -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)
     os.makedirs(cfg["workdir"], exist_ok=True)
-    preludes: dict[str, dict] = {}
-    while True:
-        header = _rn_read(rfd, 8)
-        if len(header) < 8:
-            return
-        job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
-        if job["prelude"] not in preludes:
-            preludes[job["prelude"]] = {}
-            exec(job["prelude"], preludes[job["prelude"]])
-        reply = json.dumps(_rn_run_job(job, cfg["workdir"], preludes[job["prelude"]])).encode()
-        _rn_write(wfd, len(reply).to_bytes(8, "big") + reply)
+    header = _rn_read(rfd, 8)
+    if len(header) < 8:
+        return
+    job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
+    prelude_ns: dict = {}
+    exec(job["prelude"], prelude_ns)
+    result = _rn_run_job(job, cfg["workdir"], prelude_ns, bytes.fromhex(cfg["seccomp"]))
+    out, err = result.pop("stdout"), result.pop("stderr")
+    meta = json.dumps(result).encode()
+    for part in (meta, out, err):
+        _rn_write(wfd, len(part).to_bytes(8, "big") + part)
+    _rn_read(rfd, 1)  # alive until the grader closes: it may look at us (the probe reads our uid)
+
+
+def _rn_tmpfs(libc, cfg):
+    """bwrap only (it cannot cap a tmpfs's inodes): in a mount namespace of our own, fresh size- and
+    inode-capped tmpfs /tmp and /dev/shm, the Python prefix re-bound where it lived under them; then drop
+    CAP_SYS_ADMIN, which bwrap gave for this alone, with every other capability, for good."""
+    import ctypes
+    import os
+
+    def check(rc, what):
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), what)
+
+    check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+    kept = {path: os.open(path, os.O_PATH) for path in cfg["under_tmpfs"]}
+    for path, size in cfg["tmpfs"].items():
+        opts = f"mode=1777,size={size},nr_inodes={cfg['inodes']}".encode()
+        check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", 2 | 4, opts), f"mount {path}")  # nosuid, nodev
+    for path, fd in kept.items():
+        os.makedirs(path, exist_ok=True)
+        # a bind keeps its source's read-only, nosuid and nodev flags
+        check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, 4096 | 16384, None), f"bind {path}")
+        os.close(fd)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")  # no effective, permitted, inheritable
 
 
 def _rn_read(fd, n):
@@ -68,19 +104,13 @@ def _rn_write(fd, data):
         view = view[os.write(fd, view):]
 
 
-def _rn_run_job(job, workdir, prelude_ns):
-    """Run one job in a forked child; return its RunResult fields."""
+def _rn_run_job(job, workdir, prelude_ns, seccomp):
+    """Run one job in a forked child; return its RunResult fields (stdout, stderr as bytes)."""
     import gc
     import os
-    import shutil
+    import resource
     import time
 
-    for name in os.listdir(workdir):  # a fresh working dir per job: nothing carries over between tests
-        path = os.path.join(workdir, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
     for name, text in job["files"].items():
         with open(os.path.join(workdir, name), "w", encoding="utf-8") as f:
             f.write(text)
@@ -91,20 +121,21 @@ def _rn_run_job(job, workdir, prelude_ns):
     err_r, err_w = os.pipe()
     st_r, st_w = os.pipe()
     gc.freeze()  # the child's collector then leaves the runner's objects (and their pages) alone
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _rn_child(job, workdir, prelude_ns, stdin_fd, out_w, err_w, st_w)
+        _rn_child(job, workdir, prelude_ns, seccomp, stdin_fd, out_w, err_w, st_w)
     for fd in (stdin_fd, out_w, err_w, st_w):
         os.close(fd)
-    result = _rn_collect(job, pid, out_r, err_r, started)
+    result = _rn_collect(job, pid, out_r, err_r, started, before)
     result["compiled"] = os.read(st_r, 1) == b"C"
     os.close(st_r)
     return result
 
 
-def _rn_child(job, workdir, prelude_ns, stdin_fd, out_w, err_w, st_w):
-    """In the forked child: isolate fds, apply limits, run the program; never returns."""
+def _rn_child(job, workdir, prelude_ns, seccomp, stdin_fd, out_w, err_w, st_w):
+    """In the forked child: isolate fds, apply limits and the seccomp filter, run the program; never returns."""
     import os
     import traceback
 
@@ -122,6 +153,7 @@ def _rn_child(job, workdir, prelude_ns, stdin_fd, out_w, err_w, st_w):
                     pass
         os.chdir(workdir)
         _rn_limit(job)
+        _rn_seccomp(seccomp)
         status = _rn_exec(job, prelude_ns, st_w)
     except BaseException:
         traceback.print_exc()
@@ -147,6 +179,22 @@ def _rn_limit(job):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def _rn_seccomp(program):
+    """Load the BPF `program` (struct sock_filter[]) as this process's seccomp filter; no_new_privs is set."""
+    import ctypes
+
+    if not program:
+        return  # the grader had no filter to give: the probe reports seccomp missing and strict use refuses
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp filter")
 
 
 def _rn_exec(job, prelude_ns, st_w):
@@ -222,9 +270,12 @@ def _rn_call(job, ns, args, out):
     out.write(text)
 
 
-def _rn_collect(job, pid, out_r, err_r, started):
-    """Read the child's output under the wall, CPU and output limits; kill leftovers; wait."""
+def _rn_collect(job, pid, out_r, err_r, started, before):
+    """Read the child's output under the wall, CPU and output limits; kill leftovers; wait all.
+
+    CPU is that of every process the program started: `before` is RUSAGE_CHILDREN at the fork."""
     import os
+    import resource
     import select
     import time
 
@@ -240,7 +291,7 @@ def _rn_collect(job, pid, out_r, err_r, started):
                 _rn_kill_all(pid, False)  # daemons and background children may still hold the pipes
             elif time.monotonic() > deadline:
                 limit = "wall"
-            elif _rn_cpu(pid, tick) > job["cpu_s"]:
+            elif _rn_reaped_cpu(before) + _rn_live_cpu(tick) > job["cpu_s"]:
                 limit = "cpu"
             if limit:
                 waited, ended = _rn_kill_all(pid, True), time.monotonic()
@@ -259,26 +310,50 @@ def _rn_collect(job, pid, out_r, err_r, started):
                 limit = "output"
                 if ended is None:
                     waited, ended = _rn_kill_all(pid, True), time.monotonic()
+    _rn_kill_all(pid, False)  # everything the program started is reaped before its CPU is summed
     status, rusage = waited or (None, None)
     return {
         "exit_code": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
-        "cpu_s": rusage.ru_utime + rusage.ru_stime if rusage else 0.0,
+        "cpu_s": _rn_reaped_cpu(before),
         "wall_s": ended - started,
-        "max_rss_mb": rusage.ru_maxrss / 1024 if rusage else 0.0,
-        "stdout": out.decode("utf-8", "replace"),
-        "stderr": err.decode("utf-8", "replace"),
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "stdout": bytes(out),
+        "stderr": bytes(err),
         "limit": limit,
     }
 
 
-def _rn_cpu(pid, tick):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / tick  # utime, stime, cutime, cstime
+def _rn_reaped_cpu(before):
+    """CPU seconds of the runner's reaped descendants since `before` (a RUSAGE_CHILDREN snapshot)."""
+    import resource
+
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return now.ru_utime + now.ru_stime - before.ru_utime - before.ru_stime
+
+
+def _rn_live_cpu(tick):
+    """CPU seconds of every live descendant of the runner (utime, stime and its waited-for children's)."""
+    import glob
+    import os
+
+    total, todo = 0, [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        for path in glob.glob(f"/proc/{parent}/task/*/children"):
+            try:
+                with open(path) as f:
+                    todo += [int(kid) for kid in f.read().split()]
+            except OSError:
+                continue
+        if parent == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{parent}/stat") as f:
+                total += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15])
+        except OSError:
+            continue
+    return total / tick
 
 
 def _rn_kill_all(pgid, wait_child):
@@ -321,5 +396,5 @@ def _rn_kill_all(pgid, wait_child):
     return waited
 
 
-RUNNER_FUNCTIONS = (_rn_read, _rn_write, _rn_run_job, _rn_child, _rn_limit, _rn_exec, _rn_call,
-                    _rn_collect, _rn_cpu, _rn_kill_all, _rn_main)
+RUNNER_FUNCTIONS = (_rn_tmpfs, _rn_read, _rn_write, _rn_run_job, _rn_child, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
+                    _rn_collect, _rn_reaped_cpu, _rn_live_cpu, _rn_kill_all, _rn_main)
