@@ -1,13 +1,14 @@
 """The grader's side of the sandbox: `Job`, `RunResult` and `Runner`, which launches one isolated runner
 process through a given backend and talks to it.
 
-A `Runner` executes jobs (one job = one program run on one stdin) one after another, each in a fresh
-isolated runner process: fresh namespaces, /tmp and /dev/shm (sized by the job's memory limit), IPC and
-session keyring, so no job sees what an earlier one left or held (a checker's expected output included).
-Layers, outermost first:
+A `Runner` executes jobs (one job = one program run on one stdin) one after another, each in a fresh job
+server forked by the runner (which never reads a job): fresh pid, mount and IPC namespaces, /tmp and
+/dev/shm (sized by the job's memory limit) and session keyring, so no job sees what an earlier one left or
+held (a checker's expected output included). Layers, outermost first:
 
     grader thread --Popen--> [root only: drop shim] --exec--> backend --> runner (pid 1 of its namespace)
-    runner --fork--> the job's child: own rlimits, process group and seccomp filter, stdin from memfd
+    runner --fork--> job server (reads the job; pid 1 of fresh namespaces; drops every capability)
+    job server --fork--> the program: own rlimits, process group and seccomp filter, stdin from memfd
 
 The backends (bwrap, unshare, plain) and the root uid-drop shim live in `backends`, the probe that
 picks one in `choose` (which runs its probe through a `Runner`); the runner, shipped into the sandbox as
@@ -40,10 +41,10 @@ log = logging.getLogger("gspo.evals.sandbox")
 
 _STARTUP_MARGIN_S = 15.0  # beyond a job's wall limit: sandbox start-up, prelude import, reply transfer
 _HEADER = struct.Struct("!Q")
-_EXIT_GRACE_S = 2.0  # a runner whose job is done exits at once when its input closes
+_EXIT_GRACE_S = 1.0  # an idle runner exits at once when its input closes (its job server reads EOF)
 _META_BYTES = 1 << 16  # the reply's JSON header; stderr is kept to its last 64 KiB by the runner too
 _STDERR_BYTES = 1 << 16
-_TMPFS_INODES = 4096  # files and folders in each of the sandbox's /tmp and /dev/shm (unshare backend)
+_TMPFS_INODES = 4096  # files and folders in each of a job's /tmp and /dev/shm
 
 
 @dataclass(frozen=True)
@@ -125,26 +126,27 @@ class Runner:
         self.close()
 
     def run(self, job: Job) -> RunResult:
-        """Run one job in a fresh runner; a dead or stuck runner gives `RunResult.error`."""
-        try:
-            self._start(job)
-        except OSError as e:
-            self.close()
-            return RunResult(error=f"cannot start the sandbox: {e}")
-        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit}).encode()
+        """Run one job (in a fresh job server); a dead or stuck runner gives `RunResult.error` and a fresh
+        runner next time."""
+        if self._proc is None:
+            try:
+                self._start(job.prelude)
+            except OSError as e:
+                self.close()
+                return RunResult(error=f"cannot start the sandbox: {e}")
+        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes()}).encode()
         try:
             _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)) + payload)
             deadline = time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S
             fd = self._proc.stdout.fileno()
             meta, out, err = (_read_frame(fd, deadline, cap) for cap in (_META_BYTES, job.output_bytes, _STDERR_BYTES))
-            if self._watch_uids:  # the runner waits for our close before it exits
-                self.host_uids = _tree_uids(self._proc.pid)
         except (OSError, _SandboxDied) as e:
             error = f"sandbox runner ended unexpectedly ({e}); {self._stderr_tail()}"
             log.warning("%s", error)  # a program can cause this only without a pid namespace
-            return RunResult(error=error)
-        finally:
             self.close()
+            return RunResult(error=error)
+        if self._watch_uids:
+            self.host_uids = _tree_uids(self._proc.pid)
         return RunResult(**json.loads(meta), stdout=out.decode("utf-8", "replace"),
                          stderr=err.decode("utf-8", "replace"))
 
@@ -166,7 +168,7 @@ class Runner:
             _remove_tree(self._workdir)
             self._workdir = None
 
-    def _start(self, job: Job) -> None:
+    def _start(self, prelude: str) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
         name, drop = self._choice.name, self._choice.drop_uid
         if name != "bwrap":  # plain: the working dir; unshare: the empty folder its new root is mounted on
@@ -178,7 +180,7 @@ class Runner:
         program = seccomp_program()
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
                "root": self._workdir, "seccomp": program.hex() if isinstance(program, bytes) else "",
-               "tmpfs": job.tmpfs_bytes(), "inodes": _TMPFS_INODES}
+               "inodes": _TMPFS_INODES, "prelude": prelude}
         argv = launch_argv(self._choice, cfg, env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
@@ -261,12 +263,21 @@ def _flatten(top_fd: int, entries: list[str]) -> bool:
 
 
 def _tree_uids(pid: int) -> set[int]:
-    """Real uids of process `pid` and everything under it; {0} when they cannot be read."""
+    """Real uids of process `pid` and everything under it (a job server may end meanwhile); {0} when the
+    launched process's own cannot be read."""
     try:
         launched = psutil.Process(pid)
-        return {p.uids().real for p in [launched, *launched.children(recursive=True)]}
+        uids, children = {launched.uids().real}, launched.children(recursive=True)
     except psutil.Error:
         return {0}
+    for child in children:
+        try:
+            uids.add(child.uids().real)
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.Error:
+            return {0}
+    return uids
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:

@@ -4,65 +4,102 @@ The host (`gspo.evals.sandbox`) sends `inspect.getsource` of `RUNNER_FUNCTIONS` 
 so these functions use the stdlib only and import what they need themselves. This module deliberately has
 no module-level imports or globals: `ruff` (F821) then flags any name a shipped function forgot to import.
 
-The runner is pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a namespace's init
-from inside it, so a program cannot kill the runner, and `kill(-1, SIGKILL)` from pid 1 ends every leftover
-process (daemons, double forks). One runner serves exactly one job and then exits: every test, and every
-checker run, gets a fresh process, fresh /tmp and /dev/shm, a fresh IPC namespace and a fresh session
-keyring, so nothing of one job (its files, its memory, a checker's expected output) reaches the next, and
-nothing a program leaves behind has to be cleaned up in here. The runner is non-dumpable, so a program
-running as the same uid can neither ptrace it nor open its file descriptors. The job runs in a forked child
-with its own rlimits, process group and seccomp filter (see seccomp.py), stdin from a memfd. CPU time is
-charged for every process the program started: the runner reaps all of them (as init or subreaper), so
-what they used is the runner's RUSAGE_CHILDREN, and the live ones are read from /proc while they run.
-The reply is a JSON header and then stdout and stderr as raw bytes (no escaping that could multiply them).
+The runner is a zygote, pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a
+namespace's init from inside it, so a program cannot kill it, and `kill(-1, SIGKILL)` from pid 1 ends every
+leftover process between jobs. It never reads a job: for each job it forks a fresh job server, which reads
+the job from the grader, enters a mount and IPC namespace of its own with fresh size- and inode-capped
+tmpfs /tmp and /dev/shm, joins a fresh session keyring, drops every capability, runs the job and exits. So
+every test and every checker run has a fresh process that no earlier job's data (a checker's expected
+output included) ever passed through, and nothing a program leaves behind reaches the next job or needs
+cleaning up. Runner and job servers are non-dumpable, so a program running as the same uid can neither
+ptrace them nor open their file descriptors. The program runs in a forked child with its own rlimits,
+process group and seccomp filter (see seccomp.py), stdin from a memfd. CPU time is charged for every
+process the program started: the job server is their subreaper and reaps them all, so what they used is
+its RUSAGE_CHILDREN, and the live ones are read from /proc while they run. The reply is a JSON header and
+then stdout and stderr as raw bytes (no escaping that could multiply them).
 """
 
 def _rn_main() -> None:
-    """Serve one job from the grader (framed JSON on stdin); reply on stdout, then exit."""
+    """Fork one job server per job until the grader closes our input (a server then exits with 3)."""
     import ctypes
     import json
     import os
-    import platform
     import signal
     import sys
 
-    for name in ("glob", "math", "resource", "select", "time", "traceback", "types"):
+    for name in ("gc", "glob", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
-    if cfg.get("remount_tmpfs"):
-        _rn_tmpfs(libc, cfg)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: same-uid programs cannot ptrace us or open our fds
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: setuid binaries grant nothing to our children
     if os.getpid() != 1:
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us to be killed
-    keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]  # keyctl has no libc wrapper
-    libc.syscall(keyctl, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING, NULL: a new keyring, not the grader's
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (plain): what escapes a job server comes back here
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path.extend(cfg["sys_path"])
     rfd, wfd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
-    os.makedirs(cfg["workdir"], exist_ok=True)
+    warm: dict = {}
+    exec(cfg["prelude"], warm)  # trusted, the same for a grader's jobs: imported once, not per job
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _rn_serve(libc, cfg, rfd, wfd, warm)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        _rn_kill_all(pid, False)  # as pid 1: anything the job left behind
+        if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            return  # 3: the grader closed our input; else the grader sees no reply and starts a new sandbox
+
+
+def _rn_serve(libc, cfg, rfd, wfd, warm):
+    """A job server: read one job, isolate (as pid 1 of a pid namespace of its own, which the program can
+    neither signal nor escape: its orphans are reaped, and charged, here), run it, reply; the exit status
+    for the zygote."""
+    import ctypes
+    import json
+    import os
+
     header = _rn_read(rfd, 8)
     if len(header) < 8:
-        return
+        return 3
     job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
-    prelude_ns: dict = {}
-    exec(job["prelude"], prelude_ns)
-    result = _rn_run_job(job, cfg["workdir"], prelude_ns, bytes.fromhex(cfg["seccomp"]))
+    if cfg["isolate"]:
+        if libc.unshare(0x00020000 | 0x08000000 | 0x20000000) != 0:  # CLONE_NEWNS, NEWIPC, NEWPID
+            raise OSError(ctypes.get_errno(), "unshare")
+        pid = os.fork()
+        if pid:
+            _, status = os.waitpid(pid, 0)
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+        _rn_isolate(libc, cfg, job["tmpfs"])
+    else:
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the program's orphans are reaped (and charged) here
+    keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]  # keyctl has no libc wrapper
+    libc.syscall(keyctl, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING, NULL: a new keyring, not the grader's
+    workdir = cfg["workdir"] if cfg["isolate"] else os.path.join(cfg["workdir"], f"job-{os.getpid()}")
+    os.makedirs(workdir)
+    prelude_ns = warm
+    if job["prelude"] != cfg["prelude"]:
+        prelude_ns = {}
+        exec(job["prelude"], prelude_ns)
+    result = _rn_run_job(job, workdir, prelude_ns, bytes.fromhex(cfg["seccomp"]))
     out, err = result.pop("stdout"), result.pop("stderr")
     meta = json.dumps(result).encode()
     for part in (meta, out, err):
         _rn_write(wfd, len(part).to_bytes(8, "big") + part)
-    _rn_read(rfd, 1)  # alive until the grader closes: it may look at us (the probe reads our uid)
+    return 0
 
 
-def _rn_tmpfs(libc, cfg):
-    """bwrap only (it cannot cap a tmpfs's inodes): in a mount namespace of our own, fresh size- and
-    inode-capped tmpfs /tmp and /dev/shm, the Python prefix re-bound where it lived under them; then drop
-    CAP_SYS_ADMIN, which bwrap gave for this alone, with every other capability, for good."""
+def _rn_isolate(libc, cfg, tmpfs):
+    """As pid 1 of fresh pid, mount and IPC namespaces: a /proc of our own; fresh tmpfs /tmp and /dev/shm
+    of `tmpfs` bytes ({path: n}) and cfg["inodes"] inodes each, the Python prefix re-bound where it lived
+    under them; then every capability dropped for good (bwrap gave CAP_SYS_ADMIN, unshare root's, for
+    this alone)."""
     import ctypes
     import os
 
@@ -70,9 +107,10 @@ def _rn_tmpfs(libc, cfg):
         if rc != 0:
             raise OSError(ctypes.get_errno(), what)
 
-    check(libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+    check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "private /")  # MS_REC | MS_PRIVATE
+    check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # nosuid, nodev, noexec
     kept = {path: os.open(path, os.O_PATH) for path in cfg["under_tmpfs"]}
-    for path, size in cfg["tmpfs"].items():
+    for path, size in tmpfs.items():
         opts = f"mode=1777,size={size},nr_inodes={cfg['inodes']}".encode()
         check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", 2 | 4, opts), f"mount {path}")  # nosuid, nodev
     for path, fd in kept.items():
@@ -80,6 +118,10 @@ def _rn_tmpfs(libc, cfg):
         # a bind keeps its source's read-only, nosuid and nodev flags
         check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, 4096 | 16384, None), f"bind {path}")
         os.close(fd)
+    if os.getuid() == 0:  # root of its user namespace (unshare): exec must not give capabilities back
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
+        check(libc.prctl(28, 1 | 2 | 4 | 8, 0, 0, 0), "securebits")  # SECBIT_NOROOT(+_LOCKED), NO_SETUID_FIXUP(+_LOCKED)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")  # no effective, permitted, inheritable
 
@@ -396,5 +438,5 @@ def _rn_kill_all(pgid, wait_child):
     return waited
 
 
-RUNNER_FUNCTIONS = (_rn_tmpfs, _rn_read, _rn_write, _rn_run_job, _rn_child, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
+RUNNER_FUNCTIONS = (_rn_serve, _rn_isolate, _rn_read, _rn_write, _rn_run_job, _rn_child, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
                     _rn_collect, _rn_reaped_cpu, _rn_live_cpu, _rn_kill_all, _rn_main)

@@ -6,8 +6,9 @@ builds what bubblewrap builds: a read-only root on a tmpfs holding read-only bin
 /lib links), a few /etc files, the Python prefix and the basic /dev nodes; a fresh /proc; size- and
 inode-capped private tmpfs /tmp and /dev/shm (nothing else is writable: no /var/tmp, and no host socket is reachable
 since the host filesystem is gone and the net namespace hides abstract sockets). Then it forbids further
-user namespaces (max_user_namespaces=0 in this one), drops every capability for good (empty bounding set,
-SECBIT_NOROOT) and execs the runner, which becomes pid 1. Like the runner, it uses the stdlib only and
+user namespaces (max_user_namespaces=0 in this one) and execs the runner, which becomes pid 1; each of its
+job servers mounts its own /tmp and /dev/shm and then drops every capability for good (empty bounding set,
+SECBIT_NOROOT; see runner._rn_isolate). Like the runner, it uses the stdlib only and
 imports what it needs itself.
 """
 
@@ -44,11 +45,7 @@ def _ns_main() -> None:
     _ns_mount(libc, None, "/", None, 32 | 4096 | 1 | 2 | 4)  # remount, bind, read-only, nosuid, nodev
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
         f.write("0")
-    for cap in range(64):
-        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
-    if libc.prctl(28, 1 | 2 | 4 | 8, 0, 0, 0) != 0:  # SECBIT_NOROOT(+_LOCKED), SECBIT_NO_SETUID_FIXUP(+_LOCKED)
-        raise OSError(ctypes.get_errno(), "securebits")
-    os.execv(sys.argv[2], sys.argv[2:])
+    os.execv(sys.argv[2], sys.argv[2:])  # the runner's job servers drop every capability (_rn_isolate)
 
 
 def _ns_mount(libc, source, target, fstype, flags, data=None):
