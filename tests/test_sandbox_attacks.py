@@ -70,6 +70,18 @@ def test_memory_in_memfds_is_refused(backend):
     assert "PermissionError" in result.tests[0].stderr
 
 
+def test_memory_of_forked_workers_is_charged_together(backend):
+    """Six workers hold 40 MiB each, every one within its own address-space limit of 64 MiB: only a limit on
+    the sandbox's memory as a whole (its cgroup) stops 240 MiB at memory_mb=64."""
+    if not sandbox_protections(backend)["memory_cgroup"]:
+        pytest.skip("no memory cgroup here (a root grader and a memory controller it may write)")
+    code = ("import os, time\nr, w = os.pipe()\nfor _ in range(6):\n    if os.fork() == 0:\n"
+            "        held = b'x' * (40 << 20)\n        os.write(w, b'x')\n        time.sleep(1)\n        os._exit(0)\n"
+            "os.close(w)\nprint('HELD', 40 * len(b''.join(iter(lambda: os.read(r, 1), b''))))")
+    result = run_code(code, [{"input": "", "output": "HELD 240"}], timeout_s=5, memory_mb=64)
+    assert result.verdict == "memory_limit", result
+
+
 def test_tmpfs_bytes_are_capped_by_the_memory_limit(backend):
     """Files in /tmp and /dev/shm are memory no address-space limit sees: together capped at memory_mb."""
     code = ("import errno, os\nheld = 0\nfor d in ('/tmp', '/dev/shm'):\n    for i in range(64):\n        try:\n"

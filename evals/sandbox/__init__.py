@@ -13,7 +13,7 @@ one after another, each in a fresh job server it forks. Layers, outermost first:
 
 Inside the package: `process` (Job, RunResult, Runner: launching and talking to the runner through a
 given backend), `backends` (bwrap, unshare, plain; the root uid-drop shim), `seccomp` (the filter every
-program runs under), `choose` (the probe that observes what each backend really isolates, and the
+program runs under), `cgroup` (the sandbox's memory cgroup where the machine allows one), `choose` (the probe that observes what each backend really isolates, and the
 fail-closed choice), `runner` and `unshare` (code shipped into the sandbox as source). `sandbox_protections()` reports what the probe *observed*, and a
 warning names any protection that is missing. The modules import one another in that order only.
 """
@@ -54,7 +54,8 @@ def sandbox_protections(backend: str | None = None) -> dict[str, bool]:
     tmp is writable), host_fs_hidden, private_tmp (files in /tmp, /dev/shm, /var/tmp stay inside),
     host_sockets_blocked (no host unix socket, path or abstract, is reachable), no_nested_userns, unprivileged_uid (the real uid is not root), no_capabilities,
     no_new_privs (setuid binaries grant nothing), seccomp (the program runs under the filter), rlimits,
-    nproc_limit (the kernel ignores RLIMIT_NPROC for real root), network_isolated, scrubbed_env.
+    nproc_limit (the kernel ignores RLIMIT_NPROC for real root), network_isolated, scrubbed_env,
+    memory_cgroup (a root grader made one for the sandbox: every process's memory counted together).
     """
     return dict(probed(_choose(backend)))
 

@@ -74,7 +74,7 @@ def launch_argv(choice: Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     elif choice.name == "unshare":
         argv = _unshare_argv(argv, cfg["root"], cfg["inodes"])
     if choice.drop_uid:
-        argv = _shim_argv(argv)
+        argv = _shim_argv(argv, cfg.get("cgroup"))
     return argv
 
 
@@ -99,13 +99,13 @@ def _blocked_ancestor(path: str, uid: int, gid: int) -> str | None:
     return None
 
 
-def _shim_argv(argv: list[str]) -> list[str]:
+def _shim_argv(argv: list[str], cgroup: str | None) -> list[str]:
     expose: dict[str, list[str]] = {}
     for path in _python_paths():
         blocker = _blocked_ancestor(path, SANDBOX_UID, SANDBOX_UID)
         if blocker:
             expose.setdefault(blocker, []).append(path)
-    cfg = {"uid": SANDBOX_UID, "gid": SANDBOX_UID, "expose": sorted(expose.items())}
+    cfg = {"uid": SANDBOX_UID, "gid": SANDBOX_UID, "expose": sorted(expose.items()), "cgroup": cgroup}
     return [sys.executable, "-I", "-S", "-c", _source(_shim_main, call="_shim_main"), json.dumps(cfg), *argv]
 
 
@@ -162,13 +162,17 @@ def sandbox_env(workdir: str, session: str) -> dict[str, str]:
 
 
 def _shim_main() -> None:
-    """Root only, before the backend: expose the Python prefix to the sandbox uid, drop to it, exec."""
+    """Root only, before the backend: join the sandbox's memory cgroup (before anything starts, so nothing
+    escapes it), expose the Python prefix to the sandbox uid, drop to it, exec."""
     import ctypes
     import json
     import os
     import sys
 
     cfg = json.loads(sys.argv[1])
+    if cfg["cgroup"]:
+        with open(cfg["cgroup"], "w") as f:
+            f.write(str(os.getpid()))
     if cfg["expose"]:
         libc = ctypes.CDLL(None, use_errno=True)
 

@@ -114,7 +114,7 @@ def _probe(choice: Backend) -> dict[str, bool] | str:
         with Runner(choice, watch_uids=True) as sb:
             res = sb.run(Job(code=_PROBE, cpu_s=5, stdin=json.dumps(
                 {"ns": host_ns, "canary": canary, "tag": tag, "socket": os.path.join(canary, "sock"), "abstract": tag})))
-            uids = sb.host_uids
+            uids, cgroup = sb.host_uids, sb.cgroup is not None
     finally:
         for listener in listeners:
             listener.close()
@@ -126,7 +126,7 @@ def _probe(choice: Backend) -> dict[str, bool] | str:
         seen = json.loads(res.stdout)
     except ValueError:
         return res.error or res.stderr.strip()[-300:] or "no output"
-    return _protections(seen, uids, left)
+    return {**_protections(seen, uids, left), "memory_cgroup": cgroup}
 
 
 def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 import psutil
 
 from gspo.evals.sandbox.backends import SANDBOX_UID, Backend, launch_argv, sandbox_env
+from gspo.evals.sandbox.cgroup import MemoryCgroup
 from gspo.evals.sandbox.seccomp import seccomp_program
 
 log = logging.getLogger("gspo.evals.sandbox")
@@ -44,6 +45,7 @@ _HEADER = struct.Struct("!Q")
 _EXIT_GRACE_S = 1.0  # an idle runner exits at once when its input closes (its job server reads EOF)
 _META_BYTES = 1 << 16  # the reply's JSON header; stderr is kept to its last 64 KiB by the runner too
 _STDERR_BYTES = 1 << 16
+_CGROUP_MARGIN = 32 << 20  # a job server's own pages (copies of the runner's) and the program's interpreter
 _TMPFS_INODES = 4096  # files and folders in each of a job's /tmp and /dev/shm
 
 
@@ -81,7 +83,8 @@ class Job:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What happened to one job. `limit` is "cpu", "wall" or "output" when the runner killed it. cpu_s
+    """What happened to one job. `limit` is "cpu", "wall" or "output" when the runner killed it, "memory"
+    when the kernel did, for the sandbox's memory cgroup (where there is one). cpu_s
     counts every process the program started; stdout and stderr came as bytes, capped, decoded once."""
 
     exit_code: int | None = None
@@ -114,6 +117,7 @@ class Runner:
         self._choice = choice
         self._watch_uids = watch_uids
         self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
+        self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: all the sandbox's memory
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -136,6 +140,7 @@ class Runner:
                 return RunResult(error=f"cannot start the sandbox: {e}")
         payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes()}).encode()
         try:
+            ooms = self._limit_memory(job)
             _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)) + payload)
             deadline = time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S
             fd = self._proc.stdout.fileno()
@@ -147,8 +152,20 @@ class Runner:
             return RunResult(error=error)
         if self._watch_uids:
             self.host_uids = _tree_uids(self._proc.pid)
-        return RunResult(**json.loads(meta), stdout=out.decode("utf-8", "replace"),
-                         stderr=err.decode("utf-8", "replace"))
+        result = json.loads(meta)
+        if self.cgroup is not None and self.cgroup.oom_kills() > ooms:
+            result["limit"] = "memory"  # the cause, whatever a killed worker then made the program do
+        return RunResult(**result, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"))
+
+    def _limit_memory(self, job: Job) -> int:
+        """Set the cgroup's limit for `job`: what the idle sandbox holds, then twice memory_mb (each process
+        keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's files and a
+        margin for the job server; the OOM kills so far."""
+        if self.cgroup is None:
+            return 0
+        files = sum(len(text.encode()) for text in job.files.values())
+        self.cgroup.limit(self.cgroup.usage() + 2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
+        return self.cgroup.oom_kills()
 
     def close(self) -> None:
         """End the runner (it exits when its input closes; killed with everything it started if not)."""
@@ -167,6 +184,9 @@ class Runner:
         if self._workdir is not None:
             _remove_tree(self._workdir)
             self._workdir = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
     def _start(self, prelude: str) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
@@ -177,10 +197,12 @@ class Runner:
                 os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
         workdir = self._workdir if name == "plain" else "/tmp/work"
         env = sandbox_env(workdir, self.session_id)
+        if drop:
+            self.cgroup = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}")
         program = seccomp_program()
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
                "root": self._workdir, "seccomp": program.hex() if isinstance(program, bytes) else "",
-               "inodes": _TMPFS_INODES, "prelude": prelude}
+               "inodes": _TMPFS_INODES, "prelude": prelude, "cgroup": self.cgroup and self.cgroup.procs}
         argv = launch_argv(self._choice, cfg, env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
