@@ -11,9 +11,12 @@ nproc * memory_mb as the bound. An OOM kill inside the cgroup is the job's memor
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
+
+log = logging.getLogger("gspo.evals.sandbox")
 
 _ROOT = Path("/sys/fs/cgroup")
 _V1 = {"limit": "memory.limit_in_bytes", "usage": "memory.usage_in_bytes", "events": "memory.oom_control"}
@@ -65,14 +68,16 @@ class MemoryCgroup:
 
     def remove(self) -> None:
         """Remove the (emptied) cgroup; its last processes may take a moment to leave it."""
-        for _ in range(100):
+        for _ in range(2000):
             try:
                 self.path.rmdir()
                 return
             except FileNotFoundError:
                 return
-            except OSError:
-                time.sleep(0.01)
+            except OSError as e:
+                error = e
+                time.sleep(0.001)
+        log.warning("sandbox cgroup %s left behind: %s", self.path, error)
 
     def _write(self, name: str, value: str) -> None:
         try:

@@ -42,7 +42,6 @@ log = logging.getLogger("gspo.evals.sandbox")
 
 _STARTUP_MARGIN_S = 15.0  # beyond a job's wall limit: sandbox start-up, prelude import, reply transfer
 _HEADER = struct.Struct("!Q")
-_EXIT_GRACE_S = 1.0  # an idle runner exits at once when its input closes (its job server reads EOF)
 _META_BYTES = 1 << 16  # the reply's JSON header; stderr is kept to its last 64 KiB by the runner too
 _STDERR_BYTES = 1 << 16
 _CGROUP_MARGIN = 32 << 20  # a job server's own pages (copies of the runner's) and the program's interpreter
@@ -168,14 +167,10 @@ class Runner:
         return self.cgroup.oom_kills()
 
     def close(self) -> None:
-        """End the runner (it exits when its input closes; killed with everything it started if not)."""
+        """Kill the runner and everything it started; remove the working dir and the cgroup."""
         if self._proc is not None:
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=_EXIT_GRACE_S)
-            except subprocess.TimeoutExpired:
-                pass
             _kill_tree(self._proc)
+            self._proc.stdin.close()
             self._proc.stdout.close()
             self._proc = None
         if self._stderr is not None:
