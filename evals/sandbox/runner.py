@@ -20,14 +20,14 @@ then stdout and stderr as raw bytes (no escaping that could multiply them).
 """
 
 def _rn_main() -> None:
-    """Fork one job server per job until the grader closes our input (a server then exits with 3)."""
+    """Fork one job server per job until the grader closes our input (a server then ends without a job)."""
     import ctypes
     import json
     import os
     import signal
     import sys
 
-    for name in ("gc", "glob", "math", "resource", "select", "time", "traceback", "types"):
+    for name in ("gc", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
@@ -43,24 +43,32 @@ def _rn_main() -> None:
     os.dup2(2, 1)
     warm: dict = {}
     exec(cfg["prelude"], warm)  # trusted, the same for a grader's jobs: imported once, not per job
-    while True:
-        pid = os.fork()
-        if pid == 0:
+    while True:  # the next job's server is forked as soon as one holds its job: off the grader's path
+        took_r, took_w = os.pipe()
+        if os.fork() == 0:
+            os.close(took_r)
             code = 1
             try:
-                code = _rn_serve(libc, cfg, rfd, wfd, warm)
+                code = _rn_serve(libc, cfg, rfd, wfd, warm, took_w)
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        _rn_kill_all(pid, False)  # as pid 1: anything the job left behind
-        if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-            return  # 3: the grader closed our input; else the grader sees no reply and starts a new sandbox
+        os.close(took_w)
+        took = os.read(took_r, 1)
+        os.close(took_r)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # servers done with their jobs
+                pass
+        except ChildProcessError:
+            pass
+        if not took:  # it ended without a job: the grader closed our input (or it failed)
+            _rn_kill_all(0, False)
+            return
 
 
-def _rn_serve(libc, cfg, rfd, wfd, warm):
-    """A job server: read one job, isolate (as pid 1 of a pid namespace of its own, which the program can
-    neither signal nor escape: its orphans are reaped, and charged, here), run it, reply; the exit status
-    for the zygote."""
+def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
+    """A job server: read one job (and say so on took_w), isolate (as pid 1 of a pid namespace of its own,
+    which the program can neither signal nor escape: its orphans are reaped, and charged, here), run it,
+    reply; the exit status."""
     import ctypes
     import json
     import os
@@ -69,6 +77,8 @@ def _rn_serve(libc, cfg, rfd, wfd, warm):
     if len(header) < 8:
         return 3
     job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
+    os.write(took_w, b"j")
+    os.close(took_w)
     if cfg["isolate"]:
         if libc.unshare(0x00020000 | 0x08000000 | 0x20000000) != 0:  # CLONE_NEWNS, NEWIPC, NEWPID
             raise OSError(ctypes.get_errno(), "unshare")
@@ -389,33 +399,42 @@ def _rn_reaped_cpu(before):
 
 def _rn_live_cpu(tick):
     """CPU seconds of every live descendant of the runner (utime, stime and its waited-for children's)."""
-    import glob
     import os
 
-    total, todo = 0, [os.getpid()]
+    total, todo = 0, _rn_children(os.getpid())
     while todo:
-        parent = todo.pop()
-        for path in glob.glob(f"/proc/{parent}/task/*/children"):
-            try:
-                with open(path) as f:
-                    todo += [int(kid) for kid in f.read().split()]
-            except OSError:
-                continue
-        if parent == os.getpid():
-            continue
+        pid = todo.pop()
+        todo += _rn_children(pid)
         try:
-            with open(f"/proc/{parent}/stat") as f:
+            with open(f"/proc/{pid}/stat") as f:
                 total += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15])
         except OSError:
             continue
     return total / tick
 
 
+def _rn_children(pid):
+    """The pids of `pid`'s children, every thread's (no glob: a fresh job server would compile its pattern)."""
+    import os
+
+    kids = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(kid) for kid in f.read().split()]
+        except OSError:
+            continue
+    return kids
+
+
 def _rn_kill_all(pgid, wait_child):
     """SIGKILL every process of the run (pid 1: the whole namespace), reap them all.
 
     Returns the child's (status, rusage) when wait_child, else None."""
-    import glob
     import os
     import signal
     import time
@@ -435,13 +454,11 @@ def _rn_kill_all(pgid, wait_child):
         except ChildProcessError:
             pass
     for _ in range(5000):  # children that left the process group, reparented to us (subreaper or init)
-        for path in glob.glob("/proc/self/task/*/children"):
-            with open(path) as f:
-                for kid in f.read().split():
-                    try:
-                        os.kill(int(kid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        for kid in _rn_children(os.getpid()):
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
@@ -452,4 +469,4 @@ def _rn_kill_all(pgid, wait_child):
 
 
 RUNNER_FUNCTIONS = (_rn_serve, _rn_isolate, _rn_read, _rn_write, _rn_run_job, _rn_child, _rn_oom_victim, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
-                    _rn_collect, _rn_reaped_cpu, _rn_live_cpu, _rn_kill_all, _rn_main)
+                    _rn_collect, _rn_reaped_cpu, _rn_live_cpu, _rn_children, _rn_kill_all, _rn_main)
