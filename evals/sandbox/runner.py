@@ -5,9 +5,9 @@ so these functions use the stdlib only and import what they need themselves. Thi
 no module-level imports or globals: `ruff` (F821) then flags any name a shipped function forgot to import.
 
 The runner is a zygote, pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a
-namespace's init from inside it, so a program cannot kill it, and `kill(-1, SIGKILL)` from pid 1 ends every
-leftover process between jobs. It never reads a job: for each job it forks a fresh job server, which reads
-the job from the grader, enters a mount and IPC namespace of its own with fresh size- and inode-capped
+namespace's init from inside it, so a program cannot kill it. It never reads a job: for each job it forks a
+fresh job server, which reads the job from the grader, enters pid, mount and IPC namespaces of its own
+(everything the program starts ends with them) with fresh size- and inode-capped
 tmpfs /tmp and /dev/shm, joins a fresh session keyring, drops every capability, runs the job and exits. So
 every test and every checker run has a fresh process that no earlier job's data (a checker's expected
 output included) ever passed through, and nothing a program leaves behind reaches the next job or needs
@@ -61,7 +61,8 @@ def _rn_main() -> None:
         except ChildProcessError:
             pass
         if not took:  # it ended without a job: the grader closed our input (or it failed)
-            _rn_kill_all(0, False)
+            if os.getpid() == 1:
+                _rn_kill_all(0, False)  # kill(-1): nothing outlives the namespace's init anyway
             return
 
 
