@@ -191,6 +191,8 @@ def _judge(raw: RunResult, timeout_s: float, memory_mb: int) -> TestResult:
         result.verdict, result.message = "time_limit", f"wall-clock limit ({raw.wall_s:.1f}s) exceeded"
     elif raw.limit == "cpu" or raw.cpu_s > timeout_s:
         result.verdict, result.message = "time_limit", f"CPU time limit ({timeout_s:g}s) exceeded"
+    elif raw.limit == "memory":
+        result.verdict, result.message = "memory_limit", f"memory limit ({memory_mb} MB) exceeded by its processes together"
     elif raw.exit_code != 0 and last_line.startswith("MemoryError"):
         # a run that failed with the runner's traceback ending in MemoryError (RLIMIT_AS refused an
         # allocation); words a program writes never turn a run that exited 0 into a failure

@@ -4,15 +4,17 @@
         sb.run(Job(code="print(int(input()) * 2)", stdin="21\n")).stdout   # '42\n'
 
 One `Sandbox` is one isolated runner process that executes jobs (one job = one program run on one stdin)
-one after another. Layers, outermost first:
+one after another, each in a fresh job server it forks. Layers, outermost first:
 
     grader thread --Popen--> [root only: drop shim] --exec--> backend --> runner (pid 1 of its namespace)
-    runner --fork--> one child per job: own rlimits, own process group, fresh working dir, stdin from memfd
+    runner --fork--> one job server per job: pid 1 of fresh pid, mount and IPC namespaces, fresh /tmp,
+                     /dev/shm and session keyring, no capabilities
+    job server --fork--> the program: own rlimits, process group and seccomp filter, stdin from memfd
 
 Inside the package: `process` (Job, RunResult, Runner: launching and talking to the runner through a
-given backend), `backends` (bwrap, unshare, plain; the root uid-drop shim), `choose` (the probe that
-observes what each backend really isolates, and the fail-closed choice), `runner` and `unshare` (code
-shipped into the sandbox as source). `sandbox_protections()` reports what the probe *observed*, and a
+given backend), `backends` (bwrap, unshare, plain; the root uid-drop shim), `seccomp` (the filter every
+program runs under), `cgroup` (the sandbox's memory cgroup where the machine allows one), `choose` (the probe that observes what each backend really isolates, and the
+fail-closed choice), `runner` and `unshare` (code shipped into the sandbox as source). `sandbox_protections()` reports what the probe *observed*, and a
 warning names any protection that is missing. The modules import one another in that order only.
 """
 
@@ -51,8 +53,9 @@ def sandbox_protections(backend: str | None = None) -> dict[str, bool]:
     Keys: user_ns, pid_ns, net_ns, mount_ns, ipc_ns, readonly_fs (nothing outside the sandbox's own
     tmp is writable), host_fs_hidden, private_tmp (files in /tmp, /dev/shm, /var/tmp stay inside),
     host_sockets_blocked (no host unix socket, path or abstract, is reachable), no_nested_userns, unprivileged_uid (the real uid is not root), no_capabilities,
-    no_new_privs (setuid binaries grant nothing), rlimits, nproc_limit (the kernel ignores RLIMIT_NPROC
-    for real root), network_isolated, scrubbed_env.
+    no_new_privs (setuid binaries grant nothing), seccomp (the program runs under the filter), rlimits,
+    nproc_limit (the kernel ignores RLIMIT_NPROC for real root), network_isolated, scrubbed_env,
+    memory_cgroup (a root grader made one for the sandbox: every process's memory counted together).
     """
     return dict(probed(_choose(backend)))
 

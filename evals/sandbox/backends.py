@@ -7,8 +7,11 @@ written outside a private /tmp, /dev/shm and /var/tmp, no host socket reachable,
 nested user namespace, own pid and net namespaces) is used; with none, untrusted code is refused with one
 line saying what to install, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1):
   bwrap    bubblewrap: user, pid, net, ipc, uts, mount namespaces; a read-only root built from /usr, the
-           Python prefix and a few /etc files; a size-capped tmpfs /tmp as the only writable place;
-           no capabilities; nested user namespaces disabled where bwrap supports it.
+           Python prefix and a few /etc files; no capabilities for programs (bwrap leaves CAP_SYS_ADMIN to
+           the runner, whose job servers use it for their namespaces and tmpfs, then drop it); nested
+           user namespaces disabled where bwrap supports it.
+Under both, each job runs in pid, mount and IPC namespaces of its own with fresh size- and inode-capped
+tmpfs /tmp and /dev/shm, the only writable places (runner._rn_isolate).
   unshare  util-linux unshare into user, mount, pid, net, ipc and uts namespaces, then the same view
            of the filesystem as bwrap, built by unshare.py; no capabilities, no nested user namespaces.
   plain    a process group with rlimits, nothing more.
@@ -37,7 +40,9 @@ log = logging.getLogger("gspo.evals.sandbox")  # the sandbox's one logger name, 
 
 SANDBOX_UID = 65534  # "nobody": the uid programs run as when the grader itself runs as root
 BACKENDS = ("bwrap", "unshare", "plain")
-_TMPFS_BYTES = 128 << 20  # the sandbox's writable /tmp (bwrap); /dev/shm gets a sixteenth of it
+# The backend's own /tmp and /dev/shm, under each job server's fresh ones: mount points of a Python prefix
+# that lives there, nothing else (runner._rn_isolate)
+_BASE_TMPFS = {"/tmp": 1 << 20, "/dev/shm": 1 << 20}
 _TOPS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf", "/etc/passwd",
               "/etc/group", "/etc/hosts")
@@ -60,14 +65,16 @@ def _source(*functions: Callable, call: str) -> str:
 
 def launch_argv(choice: Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     """The command that starts the runner with `cfg` through `choice`: backend, then the root shim."""
+    under = [p for p in _python_paths() if any(p.startswith(t + "/") for t in _BASE_TMPFS)]
+    cfg = {**cfg, "isolate": choice.name != "plain", "under_tmpfs": under}
     argv = [sys.executable, "-I", "-S", "-B", "-c", _source(*RUNNER_FUNCTIONS, call="_rn_main"),
             json.dumps(cfg)]
     if choice.name == "bwrap":
         argv = _bwrap_argv(argv, env)
     elif choice.name == "unshare":
-        argv = _unshare_argv(argv, cfg["root"])
+        argv = _unshare_argv(argv, cfg["root"], cfg["inodes"])
     if choice.drop_uid:
-        argv = _shim_argv(argv)
+        argv = _shim_argv(argv, cfg.get("cgroup"))
     return argv
 
 
@@ -92,13 +99,13 @@ def _blocked_ancestor(path: str, uid: int, gid: int) -> str | None:
     return None
 
 
-def _shim_argv(argv: list[str]) -> list[str]:
+def _shim_argv(argv: list[str], cgroup: str | None) -> list[str]:
     expose: dict[str, list[str]] = {}
     for path in _python_paths():
         blocker = _blocked_ancestor(path, SANDBOX_UID, SANDBOX_UID)
         if blocker:
             expose.setdefault(blocker, []).append(path)
-    cfg = {"uid": SANDBOX_UID, "gid": SANDBOX_UID, "expose": sorted(expose.items())}
+    cfg = {"uid": SANDBOX_UID, "gid": SANDBOX_UID, "expose": sorted(expose.items()), "cgroup": cgroup}
     return [sys.executable, "-I", "-S", "-c", _source(_shim_main, call="_shim_main"), json.dumps(cfg), *argv]
 
 
@@ -113,7 +120,8 @@ def _bwrap_help() -> str:
 def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--as-pid-1", "--new-session",
-            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
+            "--cap-add", "CAP_SYS_ADMIN"]  # for the job servers' namespaces and tmpfs; they drop it (_rn_isolate)
     if "--disable-userns" in _bwrap_help():
         argv.append("--disable-userns")  # no nested namespace in which the program gets capabilities
     for top in _TOPS:
@@ -122,9 +130,9 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    if "--size" in _bwrap_help():
-        argv += ["--size", str(_TMPFS_BYTES // 16), "--tmpfs", "/dev/shm", "--size", str(_TMPFS_BYTES)]
-    argv += ["--tmpfs", "/tmp"]  # before the binds: a Python prefix may live under /tmp (a venv there)
+    sized = "--size" in _bwrap_help()  # bwrap >= 0.5; bwrap cannot cap a tmpfs's inodes
+    for path in ("/dev/shm", "/tmp"):  # /tmp before the binds: a Python prefix may live under /tmp (a venv)
+        argv += [*(["--size", str(_BASE_TMPFS[path])] if sized else []), "--tmpfs", path]
     for path in [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]:
         argv += ["--ro-bind", path, path]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
@@ -133,13 +141,13 @@ def _bwrap_argv(runner: list[str], env: dict[str, str]) -> list[str]:
     return [*argv, "--", *runner]
 
 
-def _unshare_argv(runner: list[str], root: str) -> list[str]:
+def _unshare_argv(runner: list[str], root: str, inodes: int) -> list[str]:
     """util-linux unshare into new namespaces, then `_ns_main` builds bwrap's filesystem view at `root`
     (an empty host folder) and execs the runner; see unshare.py."""
     links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
     binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
     binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
-    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": {"/tmp": _TMPFS_BYTES, "/dev/shm": _TMPFS_BYTES // 16}}
+    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": _BASE_TMPFS, "inodes": inodes}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--ipc", "--uts", "--", sys.executable, "-I", "-S", "-B", "-c",
             _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]
@@ -154,13 +162,17 @@ def sandbox_env(workdir: str, session: str) -> dict[str, str]:
 
 
 def _shim_main() -> None:
-    """Root only, before the backend: expose the Python prefix to the sandbox uid, drop to it, exec."""
+    """Root only, before the backend: join the sandbox's memory cgroup (before anything starts, so nothing
+    escapes it), expose the Python prefix to the sandbox uid, drop to it, exec."""
     import ctypes
     import json
     import os
     import sys
 
     cfg = json.loads(sys.argv[1])
+    if cfg["cgroup"]:
+        with open(cfg["cgroup"], "w") as f:
+            f.write(str(os.getpid()))
     if cfg["expose"]:
         libc = ctypes.CDLL(None, use_errno=True)
 

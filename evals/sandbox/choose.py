@@ -3,8 +3,9 @@ really gives, and the choice fails closed.
 
 The probe records namespaces, writes outside the sandbox (the host canary, /, and the host's /tmp,
 /dev/shm, /var/tmp), host unix sockets (by path and abstract name), nested user namespaces, the uid seen
-from the host, capabilities and limits. A backend is used for untrusted code only when it shows every
-STRONG protection, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1).
+from the host, capabilities, limits and the seccomp filter. A backend is used for untrusted code only when
+it shows every STRONG protection, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1). A
+root grader always drops to SANDBOX_UID and refuses where it cannot (AS_ROOT): never a silent uid 0.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import socket
 import tempfile
 import threading
 
-import psutil
-
 from gspo.conf.errors import GspoError
-from gspo.evals.sandbox.backends import BACKENDS, Backend, log, sandbox_env
+from gspo.evals.sandbox.backends import BACKENDS, SANDBOX_UID, Backend, log, sandbox_env
 from gspo.evals.sandbox.process import Job, Runner
+from gspo.evals.sandbox.seccomp import seccomp_program
 
 _PROBE = r"""
 import ctypes, json, os, resource, socket, sys
@@ -62,6 +62,7 @@ print(json.dumps({
     "ns": {k: ns(k) != v for k, v in host["ns"].items()},
     "caps": int(status["CapEff"], 16),
     "no_new_privs": status.get("NoNewPrivs", "0").strip() == "1",
+    "seccomp": status.get("Seccomp", "0").strip() == "2",  # SECCOMP_MODE_FILTER
     "sees_host": os.path.exists(host["canary"]),
     "writes_host": writes(os.path.join(host["canary"], "probe")) or writes("/gspo-sandbox-probe"),
     "host_socket": connects(host["socket"]) or connects("\0" + host["abstract"]),
@@ -74,32 +75,31 @@ print(json.dumps({
 """
 # What "strong" means: untrusted code runs only where all of these were observed (see sandbox_protections).
 STRONG = ("host_fs_hidden", "readonly_fs", "private_tmp", "host_sockets_blocked", "no_nested_userns", "pid_ns",
-          "net_ns")
+          "net_ns", "seccomp")
+# A root grader needs these too, weak isolation accepted or not: uid 0 is what RLIMIT_NPROC does not bind.
+AS_ROOT = ("unprivileged_uid", "nproc_limit")
 WEAK_ENV = "GSPO_SANDBOX_WEAK"  # =1: accept a backend without STRONG isolation (also eval.weak_sandbox=true)
 _NAMESPACES = {"user_ns": "user", "pid_ns": "pid", "net_ns": "net", "mount_ns": "mnt", "ipc_ns": "ipc"}
-
-
-def _real_uids(sb: Runner) -> set[int]:
-    """Real uids, as the host sees them, of the launched process and everything under it."""
-    if sb._proc is None:
-        return {0}
-    try:
-        launched = psutil.Process(sb._proc.pid)
-        return {p.uids().real for p in [launched, *launched.children(recursive=True)]}
-    except psutil.Error:
-        return {0}
 
 
 def _candidates(name: str | None) -> list[Backend]:
     if name is not None and name not in BACKENDS:
         raise GspoError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
     names = [name] if name else [n for n in BACKENDS if n == "plain" or shutil.which(n)]
-    drops = [True, False] if os.geteuid() == 0 else [False]
-    return [Backend(n, d) for d in drops for n in names]
+    return [Backend(n, os.geteuid() == 0) for n in names]  # root always drops its uid, or refuses
+
+
+def _can_drop_uid() -> bool:
+    """Whether this (root) process holds CAP_SETUID and CAP_SETGID, which the uid drop needs."""
+    with open("/proc/self/status") as f:
+        caps = int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
+    return caps & (1 << 6) and caps & (1 << 7)  # CAP_SETGID, CAP_SETUID
 
 
 def _probe(choice: Backend) -> dict[str, bool] | str:
     """Run the probe program through `choice`; the protections it observed, or why it failed."""
+    if choice.drop_uid and not _can_drop_uid():
+        return f"as root without CAP_SETUID/CAP_SETGID, programs cannot run as unprivileged uid {SANDBOX_UID}"
     canary = tempfile.mkdtemp(prefix="gspo-probe-")
     os.chmod(canary, 0o1777)  # writable by anyone: only isolation can stop the probe writing here
     host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES.values()}
@@ -111,10 +111,10 @@ def _probe(choice: Backend) -> dict[str, bool] | str:
         listeners[1].bind("\0" + tag)
         for listener in listeners:
             listener.listen(4)
-        with Runner(choice) as sb:
+        with Runner(choice, watch_uids=True) as sb:
             res = sb.run(Job(code=_PROBE, cpu_s=5, stdin=json.dumps(
                 {"ns": host_ns, "canary": canary, "tag": tag, "socket": os.path.join(canary, "sock"), "abstract": tag})))
-            uids = _real_uids(sb)
+            uids, cgroup = sb.host_uids, sb.cgroup is not None
     finally:
         for listener in listeners:
             listener.close()
@@ -126,7 +126,7 @@ def _probe(choice: Backend) -> dict[str, bool] | str:
         seen = json.loads(res.stdout)
     except ValueError:
         return res.error or res.stderr.strip()[-300:] or "no output"
-    return _protections(seen, uids, left)
+    return {**_protections(seen, uids, left), "memory_cgroup": cgroup}
 
 
 def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]:
@@ -139,6 +139,7 @@ def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]
     prot["unprivileged_uid"] = 0 not in uids  # seen from the host: nested namespaces hide it inside
     prot["no_capabilities"] = seen["caps"] == 0
     prot["no_new_privs"] = seen["no_new_privs"]
+    prot["seccomp"] = seen["seccomp"]
     prot["rlimits"] = seen["as_limit"] != resource.RLIM_INFINITY
     prot["nproc_limit"] = prot["unprivileged_uid"] and seen["nproc_limit"] != resource.RLIM_INFINITY
     prot["network_isolated"] = seen["interfaces"] in ([], ["lo"]) and prot["net_ns"]
@@ -179,6 +180,9 @@ def select_backend(name: str | None, *, strict: bool = True) -> Backend:
             if isinstance(prot, str):
                 failures.setdefault(choice.name, f"{choice.name}: {prot}")
                 continue
+            if choice.drop_uid and not all(prot[k] for k in AS_ROOT):
+                failures.setdefault(choice.name, f"{choice.name} (as root) lacks an unprivileged uid with a process limit")
+                continue
             missing = [k for k in STRONG if not prot[k]]
             if not missing or not strict:
                 _warn_weak(choice)
@@ -188,6 +192,8 @@ def select_backend(name: str | None, *, strict: bool = True) -> Backend:
     if weak is not None and os.environ.get(WEAK_ENV) == "1":
         _warn_weak(weak)
         return weak
+    if isinstance(program := seccomp_program(), str):
+        failures["seccomp"] = f"seccomp: {program}"
     raise GspoError(f"no sandbox here isolates untrusted code ({'; '.join(failures.values()) or 'none found'}): "
                     f"install bubblewrap (apt install bubblewrap) or util-linux unshare with user namespaces "
                     f"enabled, or accept weak isolation with {WEAK_ENV}=1 (gspo train: eval.weak_sandbox=true)")

@@ -1,11 +1,14 @@
 """The grader's side of the sandbox: `Job`, `RunResult` and `Runner`, which launches one isolated runner
 process through a given backend and talks to it.
 
-One runner is one isolated process that executes jobs (one job = one program run on one stdin)
-one after another. Layers, outermost first:
+A `Runner` executes jobs (one job = one program run on one stdin) one after another, each in a fresh job
+server forked by the runner (which never reads a job): fresh pid, mount and IPC namespaces, /tmp and
+/dev/shm (sized by the job's memory limit) and session keyring, so no job sees what an earlier one left or
+held (a checker's expected output included). Layers, outermost first:
 
     grader thread --Popen--> [root only: drop shim] --exec--> backend --> runner (pid 1 of its namespace)
-    runner --fork--> one child per job: own rlimits, own process group, fresh working dir, stdin from memfd
+    runner --fork--> job server (reads the job; pid 1 of fresh namespaces; drops every capability)
+    job server --fork--> the program: own rlimits, process group and seccomp filter, stdin from memfd
 
 The backends (bwrap, unshare, plain) and the root uid-drop shim live in `backends`, the probe that
 picks one in `choose` (which runs its probe through a `Runner`); the runner, shipped into the sandbox as
@@ -18,10 +21,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import select
-import shutil
 import signal
 import site
+import stat
 import struct
 import subprocess
 import tempfile
@@ -31,11 +35,17 @@ from dataclasses import asdict, dataclass, field
 import psutil
 
 from gspo.evals.sandbox.backends import SANDBOX_UID, Backend, launch_argv, sandbox_env
+from gspo.evals.sandbox.cgroup import MemoryCgroup
+from gspo.evals.sandbox.seccomp import seccomp_program
 
 log = logging.getLogger("gspo.evals.sandbox")
 
 _STARTUP_MARGIN_S = 15.0  # beyond a job's wall limit: sandbox start-up, prelude import, reply transfer
 _HEADER = struct.Struct("!Q")
+_META_BYTES = 1 << 16  # the reply's JSON header; stderr is kept to its last 64 KiB by the runner too
+_STDERR_BYTES = 1 << 16
+_CGROUP_MARGIN = 32 << 20  # a job server's own pages (copies of the runner's) and the program's interpreter
+_TMPFS_INODES = 4096  # files and folders in each of a job's /tmp and /dev/shm
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,8 @@ class Job:
     stdin: str = ""
     cpu_s: float = 2.0  # CPU time limit; the runner polls it, RLIMIT_CPU is the backstop
     wall_s: float | None = None  # default 2 * cpu_s + 1: catches sleeping or blocked programs
-    memory_mb: int = 256  # RLIMIT_AS on top of the interpreter's own address space
+    memory_mb: int = 256  # RLIMIT_AS on top of the interpreter's own address space; also the bytes the
+    # sandbox's /tmp and /dev/shm hold together (15/16 and 1/16), files given in `files` added
     fn_name: str | None = None  # functional mode: call this function/method with JSON args from stdin
     prelude: str = ""  # trusted source executed once in the runner; its names seed the program's globals
     exit_ok: bool = False  # treat SystemExit of any code as a normal end (LiveCodeBench harness does)
@@ -57,16 +68,23 @@ class Job:
     output_bytes: int = 16 << 20  # stdout beyond this kills the run
     fsize_bytes: int = 16 << 20  # RLIMIT_FSIZE: largest file the program may write
     nproc: int = 16  # RLIMIT_NPROC: tasks of the sandbox uid (per user namespace), runner included;
-    # without a memory cgroup, nproc * memory_mb bounds what one sandbox can take
+    # without a memory cgroup, (nproc + 1) * memory_mb bounds what one sandbox can take
 
     @property
     def wall_limit(self) -> float:
         return self.wall_s if self.wall_s is not None else 2.0 * self.cpu_s + 1.0
 
+    def tmpfs_bytes(self) -> dict[str, int]:
+        """Sizes of the sandbox's writable tmpfs mounts: memory_mb in all, plus the job's own files."""
+        mem, files = self.memory_mb << 20, sum(len(text.encode()) for text in self.files.values())
+        return {"/tmp": mem - mem // 16 + files + (1 << 20), "/dev/shm": max(mem // 16, 1 << 20)}
+
 
 @dataclass(frozen=True)
 class RunResult:
-    """What happened to one job. `limit` is "cpu", "wall" or "output" when the runner killed it."""
+    """What happened to one job. `limit` is "cpu", "wall" or "output" when the runner killed it, "memory"
+    when the kernel did, for the sandbox's memory cgroup (where there is one). cpu_s
+    counts every process the program started; stdout and stderr came as bytes, capped, decoded once."""
 
     exit_code: int | None = None
     signal: int | None = None
@@ -94,8 +112,11 @@ class Runner:
     """An isolated runner on the backend `choice` that executes `Job`s one after another; a context
     manager. Code outside the sandbox package uses `Sandbox`, which picks the backend."""
 
-    def __init__(self, choice: Backend) -> None:
+    def __init__(self, choice: Backend, *, watch_uids: bool = False) -> None:
         self._choice = choice
+        self._watch_uids = watch_uids
+        self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
+        self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: all the sandbox's memory
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -108,26 +129,45 @@ class Runner:
         self.close()
 
     def run(self, job: Job) -> RunResult:
-        """Run one job; a dead or stuck runner gives `RunResult.error` and a fresh runner next time."""
+        """Run one job (in a fresh job server); a dead or stuck runner gives `RunResult.error` and a fresh
+        runner next time."""
         if self._proc is None:
             try:
-                self._start()
+                self._start(job.prelude)
             except OSError as e:
                 self.close()
                 return RunResult(error=f"cannot start the sandbox: {e}")
-        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit}).encode()
+        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes()}).encode()
         try:
+            ooms = self._limit_memory(job)
             _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)) + payload)
-            reply = _read_frame(self._proc.stdout.fileno(), time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S)
+            deadline = time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S
+            fd = self._proc.stdout.fileno()
+            meta, out, err = (_read_frame(fd, deadline, cap) for cap in (_META_BYTES, job.output_bytes, _STDERR_BYTES))
         except (OSError, _SandboxDied) as e:
             error = f"sandbox runner ended unexpectedly ({e}); {self._stderr_tail()}"
             log.warning("%s", error)  # a program can cause this only without a pid namespace
             self.close()
             return RunResult(error=error)
-        return RunResult(**json.loads(reply))
+        if self._watch_uids:
+            self.host_uids = _tree_uids(self._proc.pid)
+        result = json.loads(meta)
+        if self.cgroup is not None and self.cgroup.oom_kills() > ooms:
+            result["limit"] = "memory"  # the cause, whatever a killed worker then made the program do
+        return RunResult(**result, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"))
+
+    def _limit_memory(self, job: Job) -> int:
+        """Set the cgroup's limit for `job`: what the idle sandbox holds, then twice memory_mb (each process
+        keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's files and a
+        margin for the job server; the OOM kills so far."""
+        if self.cgroup is None:
+            return 0
+        files = sum(len(text.encode()) for text in job.files.values())
+        self.cgroup.limit(self.cgroup.usage() + 2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
+        return self.cgroup.oom_kills()
 
     def close(self) -> None:
-        """Kill the runner and everything it started; remove the working dir."""
+        """Kill the runner and everything it started; remove the working dir and the cgroup."""
         if self._proc is not None:
             _kill_tree(self._proc)
             self._proc.stdin.close()
@@ -137,10 +177,13 @@ class Runner:
             self._stderr.close()
             self._stderr = None
         if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+            _remove_tree(self._workdir)
             self._workdir = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
 
-    def _start(self) -> None:
+    def _start(self, prelude: str) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
         name, drop = self._choice.name, self._choice.drop_uid
         if name != "bwrap":  # plain: the working dir; unshare: the empty folder its new root is mounted on
@@ -149,8 +192,12 @@ class Runner:
                 os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
         workdir = self._workdir if name == "plain" else "/tmp/work"
         env = sandbox_env(workdir, self.session_id)
+        if drop:
+            self.cgroup = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}")
+        program = seccomp_program()
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
-               "root": self._workdir}
+               "root": self._workdir, "seccomp": program.hex() if isinstance(program, bytes) else "",
+               "inodes": _TMPFS_INODES, "prelude": prelude, "cgroup": self.cgroup and self.cgroup.procs}
         argv = launch_argv(self._choice, cfg, env)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
@@ -170,9 +217,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _read_frame(fd: int, deadline: float) -> bytes:
-    header = _read_exact(fd, _HEADER.size, deadline)
-    return _read_exact(fd, _HEADER.unpack(header)[0], deadline)
+def _read_frame(fd: int, deadline: float, cap: int) -> bytes:
+    """One length-prefixed frame; a length past `cap` is refused before anything is read into memory."""
+    size = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))[0]
+    if size > cap:
+        raise _SandboxDied(f"a reply of {size} bytes, over the cap of {cap}")
+    return _read_exact(fd, size, deadline)
 
 
 def _read_exact(fd: int, n: int, deadline: float) -> bytes:
@@ -188,10 +238,69 @@ def _read_exact(fd: int, n: int, deadline: float) -> bytes:
     return bytes(buf)
 
 
+def _remove_tree(top: str) -> None:
+    """Remove a folder whatever a program left in it (a tree deeper than the recursion limit or than
+    PATH_MAX included): flatten it one level at a time into `top`, through directory descriptors."""
+    try:
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        while (entries := os.listdir(fd)) and _flatten(fd, entries):
+            pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(top)
+    except OSError as e:
+        log.warning("sandbox folder %s left behind: %s", top, e)
+
+
+def _flatten(top_fd: int, entries: list[str]) -> bool:
+    """Remove files and empty folders of `top_fd`, lift the entries of the others into it; False when
+    nothing changed (what is left cannot be removed)."""
+    changed = False
+    for name in entries:
+        try:
+            if stat.S_ISDIR(os.lstat(name, dir_fd=top_fd).st_mode):
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top_fd)
+                try:
+                    os.chmod(sub, 0o700)  # a program may leave folders it made unreadable
+                    for inner in os.listdir(sub):
+                        os.rename(inner, f".gspo-{secrets.token_hex(8)}", src_dir_fd=sub, dst_dir_fd=top_fd)
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=top_fd)
+            else:
+                os.unlink(name, dir_fd=top_fd)
+            changed = True
+        except OSError:
+            continue
+    return changed
+
+
+def _tree_uids(pid: int) -> set[int]:
+    """Real uids of process `pid` and everything under it (a job server may end meanwhile); {0} when the
+    launched process's own cannot be read."""
+    try:
+        launched = psutil.Process(pid)
+        uids, children = {launched.uids().real}, launched.children(recursive=True)
+    except psutil.Error:
+        return {0}
+    for child in children:
+        try:
+            uids.add(child.uids().real)
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.Error:
+            return {0}
+    return uids
+
+
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL the launched process, its process group and every descendant still visible."""
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
+    try:  # once reaped, its pid may be another process's: then only its process group is ours
+        descendants = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
     except psutil.Error:
         descendants = []
     for p in descendants:

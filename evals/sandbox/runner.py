@@ -4,48 +4,137 @@ The host (`gspo.evals.sandbox`) sends `inspect.getsource` of `RUNNER_FUNCTIONS` 
 so these functions use the stdlib only and import what they need themselves. This module deliberately has
 no module-level imports or globals: `ruff` (F821) then flags any name a shipped function forgot to import.
 
-The runner is pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a namespace's init
-from inside it, so a program cannot kill the runner, and `kill(-1, SIGKILL)` from pid 1 ends every leftover
-process (daemons, double forks) between jobs. The runner is non-dumpable, so a program running as the same
-uid can neither ptrace it nor open its file descriptors. One forked child per job gets its own rlimits,
-process group, fresh working dir and stdin from a memfd. Expected outputs never enter the sandbox: the
-grader compares outside.
+The runner is a zygote, pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a
+namespace's init from inside it, so a program cannot kill it. It never reads a job: for each job it forks a
+fresh job server, which reads the job from the grader, enters pid, mount and IPC namespaces of its own
+(everything the program starts ends with them) with fresh size- and inode-capped
+tmpfs /tmp and /dev/shm, joins a fresh session keyring, drops every capability, runs the job and exits. So
+every test and every checker run has a fresh process that no earlier job's data (a checker's expected
+output included) ever passed through, and nothing a program leaves behind reaches the next job or needs
+cleaning up. Runner and job servers are non-dumpable, so a program running as the same uid can neither
+ptrace them nor open their file descriptors. The program runs in a forked child with its own rlimits,
+process group and seccomp filter (see seccomp.py), stdin from a memfd. CPU time is charged for every
+process the program started: the job server is their subreaper and reaps them all, so what they used is
+its RUSAGE_CHILDREN, and the live ones are read from /proc while they run. The reply is a JSON header and
+then stdout and stderr as raw bytes (no escaping that could multiply them).
 """
 
 def _rn_main() -> None:
-    """Serve jobs from the grader (framed JSON on stdin) until EOF; reply on stdout."""
+    """Fork one job server per job until the grader closes our input (a server then ends without a job)."""
     import ctypes
     import json
     import os
     import signal
     import sys
 
-    for name in ("glob", "math", "resource", "select", "shutil", "time", "traceback", "types"):
+    for name in ("gc", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: same-uid programs cannot ptrace us or open our fds
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: setuid binaries grant nothing to our children
     if os.getpid() != 1:
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come back to us to be killed
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (plain): what escapes a job server comes back here
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path.extend(cfg["sys_path"])
     rfd, wfd = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
-    os.makedirs(cfg["workdir"], exist_ok=True)
-    preludes: dict[str, dict] = {}
-    while True:
-        header = _rn_read(rfd, 8)
-        if len(header) < 8:
+    warm: dict = {}
+    exec(cfg["prelude"], warm)  # trusted, the same for a grader's jobs: imported once, not per job
+    while True:  # the next job's server is forked as soon as one holds its job: off the grader's path
+        took_r, took_w = os.pipe()
+        if os.fork() == 0:
+            os.close(took_r)
+            code = 1
+            try:
+                code = _rn_serve(libc, cfg, rfd, wfd, warm, took_w)
+            finally:
+                os._exit(code)
+        os.close(took_w)
+        took = os.read(took_r, 1)
+        os.close(took_r)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # servers done with their jobs
+                pass
+        except ChildProcessError:
+            pass
+        if not took:  # it ended without a job: the grader closed our input (or it failed)
+            if os.getpid() == 1:
+                _rn_kill_all(0, False)  # kill(-1): nothing outlives the namespace's init anyway
             return
-        job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
-        if job["prelude"] not in preludes:
-            preludes[job["prelude"]] = {}
-            exec(job["prelude"], preludes[job["prelude"]])
-        reply = json.dumps(_rn_run_job(job, cfg["workdir"], preludes[job["prelude"]])).encode()
-        _rn_write(wfd, len(reply).to_bytes(8, "big") + reply)
+
+
+def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
+    """A job server: read one job (and say so on took_w), isolate (as pid 1 of a pid namespace of its own,
+    which the program can neither signal nor escape: its orphans are reaped, and charged, here), run it,
+    reply; the exit status."""
+    import ctypes
+    import json
+    import os
+
+    header = _rn_read(rfd, 8)
+    if len(header) < 8:
+        return 3
+    job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
+    os.write(took_w, b"j")
+    os.close(took_w)
+    if cfg["isolate"]:
+        if libc.unshare(0x00020000 | 0x08000000 | 0x20000000) != 0:  # CLONE_NEWNS, NEWIPC, NEWPID
+            raise OSError(ctypes.get_errno(), "unshare")
+        pid = os.fork()
+        if pid:
+            _, status = os.waitpid(pid, 0)
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+        _rn_isolate(libc, cfg, job["tmpfs"])
+    else:
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the program's orphans are reaped (and charged) here
+    keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]  # keyctl has no libc wrapper
+    libc.syscall(keyctl, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING, NULL: a new keyring, not the grader's
+    workdir = cfg["workdir"] if cfg["isolate"] else os.path.join(cfg["workdir"], f"job-{os.getpid()}")
+    os.makedirs(workdir)
+    prelude_ns = warm
+    if job["prelude"] != cfg["prelude"]:
+        prelude_ns = {}
+        exec(job["prelude"], prelude_ns)
+    result = _rn_run_job(job, workdir, prelude_ns, bytes.fromhex(cfg["seccomp"]))
+    out, err = result.pop("stdout"), result.pop("stderr")
+    meta = json.dumps(result).encode()
+    for part in (meta, out, err):
+        _rn_write(wfd, len(part).to_bytes(8, "big") + part)
+    return 0
+
+
+def _rn_isolate(libc, cfg, tmpfs):
+    """As pid 1 of fresh pid, mount and IPC namespaces: a /proc of our own; fresh tmpfs /tmp and /dev/shm
+    of `tmpfs` bytes ({path: n}) and cfg["inodes"] inodes each, the Python prefix re-bound where it lived
+    under them; then every capability dropped for good (bwrap gave CAP_SYS_ADMIN, unshare root's, for
+    this alone)."""
+    import ctypes
+    import os
+
+    def check(rc, what):
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), what)
+
+    check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "private /")  # MS_REC | MS_PRIVATE
+    check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # nosuid, nodev, noexec
+    kept = {path: os.open(path, os.O_PATH) for path in cfg["under_tmpfs"]}
+    for path, size in tmpfs.items():
+        opts = f"mode=1777,size={size},nr_inodes={cfg['inodes']}".encode()
+        check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", 2 | 4, opts), f"mount {path}")  # nosuid, nodev
+    for path, fd in kept.items():
+        os.makedirs(path, exist_ok=True)
+        # a bind keeps its source's read-only, nosuid and nodev flags
+        check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, 4096 | 16384, None), f"bind {path}")
+        os.close(fd)
+    if os.getuid() == 0:  # root of its user namespace (unshare): exec must not give capabilities back
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
+        check(libc.prctl(28, 1 | 2 | 4 | 8, 0, 0, 0), "securebits")  # SECBIT_NOROOT(+_LOCKED), NO_SETUID_FIXUP(+_LOCKED)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")  # no effective, permitted, inheritable
 
 
 def _rn_read(fd, n):
@@ -68,19 +157,13 @@ def _rn_write(fd, data):
         view = view[os.write(fd, view):]
 
 
-def _rn_run_job(job, workdir, prelude_ns):
-    """Run one job in a forked child; return its RunResult fields."""
+def _rn_run_job(job, workdir, prelude_ns, seccomp):
+    """Run one job in a forked child; return its RunResult fields (stdout, stderr as bytes)."""
     import gc
     import os
-    import shutil
+    import resource
     import time
 
-    for name in os.listdir(workdir):  # a fresh working dir per job: nothing carries over between tests
-        path = os.path.join(workdir, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            os.unlink(path)
     for name, text in job["files"].items():
         with open(os.path.join(workdir, name), "w", encoding="utf-8") as f:
             f.write(text)
@@ -91,20 +174,21 @@ def _rn_run_job(job, workdir, prelude_ns):
     err_r, err_w = os.pipe()
     st_r, st_w = os.pipe()
     gc.freeze()  # the child's collector then leaves the runner's objects (and their pages) alone
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _rn_child(job, workdir, prelude_ns, stdin_fd, out_w, err_w, st_w)
+        _rn_child(job, workdir, prelude_ns, seccomp, stdin_fd, out_w, err_w, st_w)
     for fd in (stdin_fd, out_w, err_w, st_w):
         os.close(fd)
-    result = _rn_collect(job, pid, out_r, err_r, started)
+    result = _rn_collect(job, pid, out_r, err_r, started, before)
     result["compiled"] = os.read(st_r, 1) == b"C"
     os.close(st_r)
     return result
 
 
-def _rn_child(job, workdir, prelude_ns, stdin_fd, out_w, err_w, st_w):
-    """In the forked child: isolate fds, apply limits, run the program; never returns."""
+def _rn_child(job, workdir, prelude_ns, seccomp, stdin_fd, out_w, err_w, st_w):
+    """In the forked child: isolate fds, apply limits and the seccomp filter, run the program; never returns."""
     import os
     import traceback
 
@@ -121,12 +205,26 @@ def _rn_child(job, workdir, prelude_ns, stdin_fd, out_w, err_w, st_w):
                 except OSError:
                     pass
         os.chdir(workdir)
+        _rn_oom_victim()
         _rn_limit(job)
+        _rn_seccomp(seccomp)
         status = _rn_exec(job, prelude_ns, st_w)
     except BaseException:
         traceback.print_exc()
     finally:
         os._exit(status)
+
+
+def _rn_oom_victim():
+    """Make this process (the program) the OOM killer's first choice, never the runner or the grader.
+    Our /proc files are root's while we are non-dumpable, as the runner made us: dumpable for the write."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    libc.prctl(4, 0, 0, 0, 0)
 
 
 def _rn_limit(job):
@@ -147,6 +245,22 @@ def _rn_limit(job):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+
+
+def _rn_seccomp(program):
+    """Load the BPF `program` (struct sock_filter[]) as this process's seccomp filter; no_new_privs is set."""
+    import ctypes
+
+    if not program:
+        return  # the grader had no filter to give: the probe reports seccomp missing and strict use refuses
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp filter")
 
 
 def _rn_exec(job, prelude_ns, st_w):
@@ -222,9 +336,12 @@ def _rn_call(job, ns, args, out):
     out.write(text)
 
 
-def _rn_collect(job, pid, out_r, err_r, started):
-    """Read the child's output under the wall, CPU and output limits; kill leftovers; wait."""
+def _rn_collect(job, pid, out_r, err_r, started, before):
+    """Read the child's output under the wall, CPU and output limits; kill leftovers; wait all.
+
+    CPU is that of every process the program started: `before` is RUSAGE_CHILDREN at the fork."""
     import os
+    import resource
     import select
     import time
 
@@ -240,7 +357,7 @@ def _rn_collect(job, pid, out_r, err_r, started):
                 _rn_kill_all(pid, False)  # daemons and background children may still hold the pipes
             elif time.monotonic() > deadline:
                 limit = "wall"
-            elif _rn_cpu(pid, tick) > job["cpu_s"]:
+            elif _rn_reaped_cpu(before) + _rn_live_cpu(tick) > job["cpu_s"]:
                 limit = "cpu"
             if limit:
                 waited, ended = _rn_kill_all(pid, True), time.monotonic()
@@ -259,33 +376,66 @@ def _rn_collect(job, pid, out_r, err_r, started):
                 limit = "output"
                 if ended is None:
                     waited, ended = _rn_kill_all(pid, True), time.monotonic()
+    _rn_kill_all(pid, False)  # everything the program started is reaped before its CPU is summed
     status, rusage = waited or (None, None)
     return {
         "exit_code": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None,
-        "cpu_s": rusage.ru_utime + rusage.ru_stime if rusage else 0.0,
+        "cpu_s": _rn_reaped_cpu(before),
         "wall_s": ended - started,
-        "max_rss_mb": rusage.ru_maxrss / 1024 if rusage else 0.0,
-        "stdout": out.decode("utf-8", "replace"),
-        "stderr": err.decode("utf-8", "replace"),
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "stdout": bytes(out),
+        "stderr": bytes(err),
         "limit": limit,
     }
 
 
-def _rn_cpu(pid, tick):
+def _rn_reaped_cpu(before):
+    """CPU seconds of the runner's reaped descendants since `before` (a RUSAGE_CHILDREN snapshot)."""
+    import resource
+
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return now.ru_utime + now.ru_stime - before.ru_utime - before.ru_stime
+
+
+def _rn_live_cpu(tick):
+    """CPU seconds of every live descendant of the runner (utime, stime and its waited-for children's)."""
+    import os
+
+    total, todo = 0, _rn_children(os.getpid())
+    while todo:
+        pid = todo.pop()
+        todo += _rn_children(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                total += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:15])
+        except OSError:
+            continue
+    return total / tick
+
+
+def _rn_children(pid):
+    """The pids of `pid`'s children, every thread's (no glob: a fresh job server would compile its pattern)."""
+    import os
+
+    kids = []
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / tick  # utime, stime, cutime, cstime
+        return kids
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids += [int(kid) for kid in f.read().split()]
+        except OSError:
+            continue
+    return kids
 
 
 def _rn_kill_all(pgid, wait_child):
     """SIGKILL every process of the run (pid 1: the whole namespace), reap them all.
 
     Returns the child's (status, rusage) when wait_child, else None."""
-    import glob
     import os
     import signal
     import time
@@ -305,13 +455,11 @@ def _rn_kill_all(pgid, wait_child):
         except ChildProcessError:
             pass
     for _ in range(5000):  # children that left the process group, reparented to us (subreaper or init)
-        for path in glob.glob("/proc/self/task/*/children"):
-            with open(path) as f:
-                for kid in f.read().split():
-                    try:
-                        os.kill(int(kid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        for kid in _rn_children(os.getpid()):
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
@@ -321,5 +469,5 @@ def _rn_kill_all(pgid, wait_child):
     return waited
 
 
-RUNNER_FUNCTIONS = (_rn_read, _rn_write, _rn_run_job, _rn_child, _rn_limit, _rn_exec, _rn_call,
-                    _rn_collect, _rn_cpu, _rn_kill_all, _rn_main)
+RUNNER_FUNCTIONS = (_rn_serve, _rn_isolate, _rn_read, _rn_write, _rn_run_job, _rn_child, _rn_oom_victim, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
+                    _rn_collect, _rn_reaped_cpu, _rn_live_cpu, _rn_children, _rn_kill_all, _rn_main)

@@ -3,18 +3,19 @@
 `unshare --user --map-root-user --mount --pid --fork --net --ipc --uts` starts `_ns_main` as root of a new
 user namespace (the host sees the caller's uid), in its own mount, pid, net, ipc and uts namespaces. It
 builds what bubblewrap builds: a read-only root on a tmpfs holding read-only binds of /usr (and the /bin,
-/lib links), a few /etc files, the Python prefix and the basic /dev nodes; a fresh /proc; size-capped
-private tmpfs /tmp and /dev/shm (nothing else is writable: no /var/tmp, and no host socket is reachable
+/lib links), a few /etc files, the Python prefix and the basic /dev nodes; a fresh /proc; size- and
+inode-capped private tmpfs /tmp and /dev/shm (nothing else is writable: no /var/tmp, and no host socket is reachable
 since the host filesystem is gone and the net namespace hides abstract sockets). Then it forbids further
-user namespaces (max_user_namespaces=0 in this one), drops every capability for good (empty bounding set,
-SECBIT_NOROOT) and execs the runner, which becomes pid 1. Like the runner, it uses the stdlib only and
+user namespaces (max_user_namespaces=0 in this one) and execs the runner, which becomes pid 1; each of its
+job servers mounts its own /tmp and /dev/shm and then drops every capability for good (empty bounding set,
+SECBIT_NOROOT; see runner._rn_isolate). Like the runner, it uses the stdlib only and
 imports what it needs itself.
 """
 
 
 def _ns_main() -> None:
     """argv: [config JSON, runner argv...]; config: root (an empty folder to mount the new root on),
-    binds (host paths, read-only), links (path -> target), tmpfs ({path: bytes})."""
+    binds (host paths, read-only), links (path -> target), tmpfs ({path: bytes}), inodes (per tmpfs)."""
     import ctypes
     import json
     import os
@@ -27,15 +28,15 @@ def _ns_main() -> None:
     _ns_mount(libc, "tmpfs", root, "tmpfs", 2 | 4, "mode=755,size=1m")  # nosuid, nodev
     for path, target in cfg["links"].items():
         os.symlink(target, root + path)
+    for path, size in cfg["tmpfs"].items():  # before the binds: a Python prefix may live under /tmp (a venv)
+        os.makedirs(root + path)
+        _ns_mount(libc, "tmpfs", root + path, "tmpfs", 2 | 4, f"mode=1777,size={size},nr_inodes={cfg['inodes']}")
     for path in cfg["binds"]:
         _ns_bind(libc, path, root + path)
     for path in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"):
         _ns_bind(libc, path, root + path)
     os.makedirs(root + "/proc")
     _ns_mount(libc, "proc", root + "/proc", "proc", 2 | 4 | 8)  # nosuid, nodev, noexec
-    for path, size in cfg["tmpfs"].items():
-        os.makedirs(root + path)
-        _ns_mount(libc, "tmpfs", root + path, "tmpfs", 2 | 4, f"mode=1777,size={size}")
     os.chdir(root)
     number = {"x86_64": 155, "aarch64": 41}[platform.machine()]  # pivot_root has no libc wrapper
     if libc.syscall(number, b".", b".") != 0 or libc.umount2(b".", 2) != 0:  # MNT_DETACH: the host is gone
@@ -44,11 +45,7 @@ def _ns_main() -> None:
     _ns_mount(libc, None, "/", None, 32 | 4096 | 1 | 2 | 4)  # remount, bind, read-only, nosuid, nodev
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
         f.write("0")
-    for cap in range(64):
-        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
-    if libc.prctl(28, 1 | 2 | 4 | 8, 0, 0, 0) != 0:  # SECBIT_NOROOT(+_LOCKED), SECBIT_NO_SETUID_FIXUP(+_LOCKED)
-        raise OSError(ctypes.get_errno(), "securebits")
-    os.execv(sys.argv[2], sys.argv[2:])
+    os.execv(sys.argv[2], sys.argv[2:])  # the runner's job servers drop every capability (_rn_isolate)
 
 
 def _ns_mount(libc, source, target, fstype, flags, data=None):

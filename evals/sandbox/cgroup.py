@@ -1,0 +1,110 @@
+"""A memory cgroup per sandbox, where the machine lets the grader make one (as root: cgroup v1's memory
+controller, or a cgroup v2 whose memory controller is enabled for children).
+
+RLIMIT_AS binds one process; a program's forked workers, its files in tmpfs, its pipes and the kernel
+memory of its inodes are memory no address-space limit sees. The cgroup holds the whole sandbox (the root
+shim joins it before it starts anything, so nothing escapes by starting early), kernel memory included,
+and the grader sets its limit before each job. Where no cgroup can be made, the sandbox relies on the
+fallback: memfd_create and System V memory denied (seccomp.py), tmpfs capped in bytes and inodes, and
+nproc * memory_mb as the bound. An OOM kill inside the cgroup is the job's memory_limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger("gspo.evals.sandbox")
+
+_ROOT = Path("/sys/fs/cgroup")
+_V1 = {"limit": "memory.limit_in_bytes", "usage": "memory.usage_in_bytes", "events": "memory.oom_control"}
+_V2 = {"limit": "memory.max", "usage": "memory.current", "events": "memory.events"}
+
+
+class MemoryCgroup:
+    """One sandbox's memory cgroup (a folder under the grader's own); `create` gives None where the machine
+    does not allow one."""
+
+    def __init__(self, path: Path, files: dict[str, str]) -> None:
+        self.path = path
+        self._files = files
+
+    @classmethod
+    def create(cls, name: str) -> MemoryCgroup | None:
+        for parent, files in _parents():
+            try:
+                path = parent / name
+                path.mkdir()
+            except OSError:
+                continue
+            if all((path / f).exists() for f in files.values()):
+                cg = cls(path, files)
+                if files is _V2:
+                    cg._write("memory.swap.max", "0")
+                return cg
+            path.rmdir()
+        return None
+
+    @property
+    def procs(self) -> str:
+        """The file a process writes its pid to, to join."""
+        return str(self.path / "cgroup.procs")
+
+    def usage(self) -> int:
+        return int((self.path / self._files["usage"]).read_text())
+
+    def limit(self, n_bytes: int) -> None:
+        self._write(self._files["limit"], str(n_bytes))
+
+    def oom_kills(self) -> int:
+        """Processes the kernel killed in this cgroup for its limit, so far."""
+        for line in (self.path / self._files["events"]).read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Remove the (emptied) cgroup; its last processes may take a moment to leave it."""
+        for _ in range(2000):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                error = e
+                time.sleep(0.001)
+        log.warning("sandbox cgroup %s left behind: %s", self.path, error)
+
+    def _write(self, name: str, value: str) -> None:
+        try:
+            (self.path / name).write_text(value)
+        except OSError as e:
+            raise OSError(e.errno, f"cgroup {self.path / name}: {e.strerror}") from None
+
+
+def _parents() -> list[tuple[Path, dict[str, str]]]:
+    """Where this process may make a memory cgroup: its own v1 memory cgroup, or its own v2 cgroup's
+    parent where memory is delegated to children (a v2 cgroup with processes cannot have children)."""
+    if os.geteuid() != 0:
+        return []
+    found = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            found.append((_ROOT / "memory" / path.lstrip("/"), _V1))
+        elif controllers == "" and (_ROOT / "cgroup.controllers").exists():
+            parent = (_ROOT / path.lstrip("/")).parent if path != "/" else _ROOT
+            try:
+                if "memory" in (parent / "cgroup.subtree_control").read_text().split():
+                    found.append((parent, _V2))
+            except OSError:
+                continue
+    return found

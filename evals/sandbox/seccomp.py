@@ -1,0 +1,55 @@
+"""The seccomp filter every sandboxed program runs under: system calls no program needs, denied.
+
+Built on the grader's side with libseccomp (the `pyseccomp` binding to Debian's libseccomp2) and exported
+as a classic BPF program; the runner loads it into each job's child with prctl(PR_SET_SECCOMP) just
+before the program runs (the runner itself still needs memfd_create and keyctl). Denied with EPERM:
+  keyrings          keyctl, add_key, request_key (the keyring outlives the sandbox and is shared)
+  memory no limit   memfd_create, memfd_secret, shmget, msgget (memory outside RLIMIT_AS and tmpfs sizes)
+  kernel surface    io_uring_*, userfaultfd, bpf, perf_event_open, ptrace, process_vm_readv/writev
+  mounts, ns        mount family, pivot_root, chroot, unshare, setns, clone with any CLONE_NEW* flag
+  host              kexec, modules, reboot, swap, acct, quotactl, file handles
+clone3 answers ENOSYS instead: its flags sit behind a pointer no filter can read, and glibc then falls
+back to clone, whose flags the filter sees. Other architectures (x32, i386) are killed (libseccomp's
+default for a foreign architecture).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import tempfile
+
+try:
+    import pyseccomp
+except (ImportError, RuntimeError, OSError) as e:  # RuntimeError: the binding found no libseccomp
+    pyseccomp, _MISSING = None, str(e)
+
+DENIED = ("keyctl", "add_key", "request_key", "memfd_create", "memfd_secret", "shmget", "msgget",
+          "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "bpf", "perf_event_open",
+          "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
+          "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare",
+          "setns", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+          "swapon", "swapoff", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at")
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+CLONE_NEW = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
+INSTALL = "pip install pyseccomp (the binding) and apt install libseccomp2 (the library)"
+
+
+@functools.cache
+def seccomp_program() -> bytes | str:
+    """The filter as BPF bytes (struct sock_filter[], 8 bytes each), or why it cannot be built here."""
+    if pyseccomp is None:
+        return f"no libseccomp binding ({_MISSING}): {INSTALL}"
+    try:
+        filt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        for name in DENIED:
+            filt.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+        for flag in CLONE_NEW:
+            filt.add_rule(pyseccomp.ERRNO(errno.EPERM), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+        filt.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+        with tempfile.TemporaryFile() as f:
+            filt.export_bpf(f)
+            f.seek(0)
+            return f.read()
+    except (OSError, RuntimeError, ValueError) as e:
+        return f"libseccomp cannot build the filter ({e}): {INSTALL}"

@@ -1,0 +1,301 @@
+"""Attacks on the grader itself (issue 21), under every strongly isolating backend this machine has.
+
+Each program would be rewarded if its attack worked: it escapes a limit (CPU in unwaited workers, memory in
+memfds and tmpfs inodes), reads what it must not (an expected output left in the runner, the grader's
+keyring), keeps state from one test to the next, or sabotages the runner for the next job. Each test checks
+a verdict or a number that only the limit explains, from outside the sandbox where it can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gspo.evals.graders.code import run_code
+from gspo.evals.sandbox import STRONG, Job, Sandbox, sandbox_protections
+
+STRONG_BACKENDS = [b for b in ("bwrap", "unshare") if shutil.which(b)]
+FAILING = {"wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit", "compile_error"}
+
+
+@pytest.fixture(params=STRONG_BACKENDS)
+def backend(request, monkeypatch):
+    monkeypatch.setenv("GSPO_SANDBOX_BACKEND", request.param)
+    monkeypatch.delenv("GSPO_SANDBOX_WEAK", raising=False)
+    if not all(sandbox_protections(request.param)[k] for k in STRONG):
+        pytest.skip(f"{request.param} does not isolate strongly here")
+    return request.param
+
+
+def _grader(script: str, backend: str, *, python: str = sys.executable, env: dict | None = None,
+            preexec: list[str] | None = None) -> dict:
+    """Run `script` (it prints one JSON line last) in a fresh grader process on `backend`."""
+    env = {**os.environ, "GSPO_SANDBOX_BACKEND": backend, **(env or {})}
+    env.pop("GSPO_SANDBOX_WEAK", None)
+    proc = subprocess.run([*(preexec or []), python, "-c", textwrap.dedent(script)], env=env, capture_output=True,
+                          text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- 1. CPU burnt in forked workers that are never waited for ---------------------------------------------
+
+def test_cpu_of_unwaited_workers_is_charged(backend):
+    """Two workers each burn 0.35 s of their own CPU (under the 0.5 s limit alone, 0.7 s together), report
+    through pipes and are never waited for; the program answers and leaves with os._exit. Only charging
+    the workers' CPU to the program gives time_limit."""
+    code = ("import os, time\npipes = []\nfor i in range(2):\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
+            "        while time.process_time() < 0.35:\n            pass\n        os.write(w, b'x')\n        os._exit(0)\n"
+            "    pipes.append(r)\nprint(len(b''.join(os.read(r, 1) for r in pipes)), flush=True)\nos._exit(0)")
+    result = run_code(code, [{"input": "", "output": "2"}], timeout_s=0.5, memory_mb=128)
+    assert result.verdict == "time_limit", result
+    assert result.tests[0].cpu_s > 0.5
+
+
+# --- 2 and 7. Memory outside the address space: memfds, tmpfs bytes, tmpfs inodes -------------------------
+
+def test_memory_in_memfds_is_refused(backend):
+    """20 memfds of 16 MiB (RLIMIT_FSIZE binds memfds too) hold 320 MiB that no address space counts."""
+    code = ("import os\nfds = []\nfor _ in range(20):\n    fd = os.memfd_create('x')\n"
+            "    for _ in range(16):\n        os.write(fd, b'x' * (1 << 20))\n    fds.append(fd)\n"
+            "print('HELD', 16 * len(fds))")
+    result = run_code(code, [{"input": "", "output": "HELD 320"}], timeout_s=5, memory_mb=64)
+    assert result.verdict == "runtime_error", result
+    assert "PermissionError" in result.tests[0].stderr
+
+
+def test_memory_of_forked_workers_is_charged_together(backend):
+    """Six workers hold 40 MiB each, every one within its own address-space limit of 64 MiB: only a limit on
+    the sandbox's memory as a whole (its cgroup) stops 240 MiB at memory_mb=64."""
+    if not sandbox_protections(backend)["memory_cgroup"]:
+        pytest.skip("no memory cgroup here (a root grader and a memory controller it may write)")
+    code = ("import os, time\nr, w = os.pipe()\nfor _ in range(6):\n    if os.fork() == 0:\n"
+            "        held = b'x' * (40 << 20)\n        os.write(w, b'x')\n        time.sleep(1)\n        os._exit(0)\n"
+            "os.close(w)\nprint('HELD', 40 * len(b''.join(iter(lambda: os.read(r, 1), b''))))")
+    result = run_code(code, [{"input": "", "output": "HELD 240"}], timeout_s=5, memory_mb=64)
+    assert result.verdict == "memory_limit", result
+
+
+def test_tmpfs_bytes_are_capped_by_the_memory_limit(backend):
+    """Files in /tmp and /dev/shm are memory no address-space limit sees: together capped at memory_mb."""
+    code = ("import errno, os\nheld = 0\nfor d in ('/tmp', '/dev/shm'):\n    for i in range(64):\n        try:\n"
+            "            with open(f'{d}/f{i}', 'wb') as f:\n                f.write(b'x' * (8 << 20))\n"
+            "            held += 8\n        except OSError:\n            break\nprint('HELD', held)")
+    result = run_code(code, [{"input": "", "output": "HELD 1024"}], timeout_s=5, memory_mb=64)
+    word, held = result.tests[0].stdout.split()
+    assert word == "HELD" and int(held) <= 64, result
+
+
+def test_tmpfs_inodes_are_capped(backend):
+    """Empty files cost kernel memory (inodes, dentries) but no bytes: their count is capped."""
+    code = ("import errno\nn = 0\ntry:\n    while n < 100000:\n        open(f'/tmp/{n}', 'w').close()\n        n += 1\n"
+            "    print('MADE', n)\nexcept OSError as e:\n    print('LIMITED', errno.errorcode[e.errno], n)")
+    result = run_code(code, [{"input": "", "output": "MADE 100000"}], timeout_s=10, memory_mb=64)
+    word, err, n = result.tests[0].stdout.split()
+    assert (word, err) == ("LIMITED", "ENOSPC") and int(n) < 100000, result
+
+
+# --- 3 and 4. Nothing of one test reaches the next --------------------------------------------------------
+
+_EQUAL = "import sys\nsys.exit(0 if open(sys.argv[2]).read().split() == open(sys.argv[3]).read().split() else 1)"
+
+
+def test_a_checkers_expected_output_never_reaches_the_next_program(backend):
+    """Test 1's expected output was in the checker's memory; test 2 (same answer) is passed only by a program
+    that finds it in its own address space."""
+    code = ("import ctypes, re\nfound = set()\nfor line in open('/proc/self/maps').read().splitlines():\n"
+            "    lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
+            "    if line.split()[1].startswith('rw'):\n"
+            "        found |= set(re.findall(rb'ANSWER-(\\d{4})', ctypes.string_at(lo, hi - lo)))\n"
+            "print(*sorted('ANSWER-' + x.decode() for x in found) or ['none'])")
+    tests = [{"input": "1", "output": "ANSWER-7431"}, {"input": "2", "output": "ANSWER-7431"}]
+    result = run_code(code, tests, timeout_s=3, memory_mb=256, checker=_EQUAL, stop_on_failure=False)
+    assert [t.verdict for t in result.tests] == ["wrong_answer", "wrong_answer"], result
+    assert "7431" not in result.tests[1].stdout
+
+
+@pytest.mark.parametrize("place", ["/tmp", "/dev/shm", "sysv"])
+def test_no_state_survives_from_one_test_to_the_next(backend, place):
+    """Test 1 stores its input; test 2 passes only by printing it back."""
+    if place == "sysv":
+        store = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+                 "shm = libc.shmget(0x6773706f, 4096, 0o1666)\nassert shm >= 0, ctypes.get_errno()\n"
+                 "addr = libc.shmat(shm, None, 0)\nold = ctypes.string_at(addr)\nctypes.memmove(addr, data, len(data))\n")
+    else:
+        store = (f"import os\npath = '{place}/kept'\nold = open(path, 'rb').read() if os.path.exists(path) else b''\n"
+                 "open(path, 'wb').write(data)\n")
+    code = "import sys\ndata = sys.stdin.buffer.read().strip() + b'\\0'\n" + store + "print(old.rstrip(b'\\0').decode() or 'fresh')"
+    tests = [{"input": "KEPT-42", "output": "x"}, {"input": "2", "output": "KEPT-42"}]
+    result = run_code(code, tests, timeout_s=2, memory_mb=128, stop_on_failure=False)
+    assert result.tests[1].verdict != "accepted" and "KEPT-42" not in result.tests[1].stdout, result
+
+
+# --- 5. The grader's keyring and the calls no program needs -----------------------------------------------
+
+_KEYRING = """
+import ctypes, json, os, sys
+from gspo.evals.graders.code import run_code
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall(250, 1, b"gspo-test")  # KEYCTL_JOIN_SESSION_KEYRING: a session keyring of the grader's own
+secret = b"keyring-secret-7"
+key = libc.syscall(248, b"user", b"gspo-secret", secret, len(secret), -3)  # add_key to @s
+assert key > 0, ctypes.get_errno()
+code = '''import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(64)
+key = libc.syscall(250, 10, -3, b"user", b"gspo-secret", 0)  # KEYCTL_SEARCH @s
+n = libc.syscall(250, 11, key, buf, 64) if key > 0 else -1  # KEYCTL_READ
+libc.syscall(248, b"user", b"planted", b"x", 1, -3)  # add_key to @s
+libc.syscall(250, 3, key)  # KEYCTL_REVOKE
+print(buf.raw[:n].decode() if n > 0 else "blocked", ctypes.get_errno())'''
+r = run_code(code, [{"input": "", "output": secret.decode()}], timeout_s=2, memory_mb=128)
+buf = ctypes.create_string_buffer(64)
+still = libc.syscall(250, 11, key, buf, 64)  # still readable: not revoked
+planted = libc.syscall(250, 10, -3, b"user", b"planted", 0)
+print(json.dumps({"verdict": r.verdict, "stdout": r.tests[0].stdout, "intact": still == len(secret),
+                  "planted": planted > 0}))
+"""
+
+
+def test_the_graders_keyring_is_out_of_reach(backend):
+    seen = _grader(_KEYRING, backend)
+    assert seen["verdict"] == "wrong_answer" and "keyring-secret-7" not in seen["stdout"], seen
+    assert seen["intact"] and not seen["planted"], seen
+
+
+def test_calls_no_program_needs_are_denied(backend):
+    code = """import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {"keyctl": (250, 0, -3, 0), "add_key": (248, b"user", b"k", b"x", 1, -3), "request_key": (249, b"user", b"k", None, 0),
+         "io_uring_setup": (425, 4, ctypes.create_string_buffer(120)), "userfaultfd": (323, 0), "bpf": (321, 0, None, 0),
+         "ptrace": (101, 0, 0, 0, 0), "unshare": (272, 0x20000000), "mount": (165, b"none", b"/tmp", b"tmpfs", 0, None),
+         "memfd_create": (319, b"x", 0), "shmget": (29, 0, 4096, 0o1600), "perf_event_open": (298, None, 0, -1, -1, 0)}
+for name, args in calls.items():
+    ctypes.set_errno(0)
+    rc = libc.syscall(*args)
+    print(name, errno.errorcode.get(ctypes.get_errno(), "OK") if rc < 0 else "OK")
+"""
+    result = run_code(code, [{"input": "", "output": "never"}], timeout_s=2, memory_mb=128)
+    said = dict(line.split() for line in result.tests[0].stdout.splitlines())
+    assert said == dict.fromkeys(said, "EPERM") and len(said) == 12, said
+
+
+# --- 6. A root grader that cannot drop its uid refuses ----------------------------------------------------
+
+_FORKS = """
+import json
+from gspo.conf.errors import GspoError
+from gspo.evals.graders.code import run_code
+code = '''import os, time
+n = 0
+for n in range(40):
+    try:
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+    except OSError:
+        break
+else:
+    n = 40
+print('FORKED', n)'''
+try:
+    r = run_code(code, [{"input": "", "output": "FORKED 40"}], timeout_s=2, memory_mb=128)
+    print(json.dumps({"verdict": r.verdict, "stdout": r.tests[0].stdout}))
+except GspoError as e:
+    print(json.dumps({"refused": str(e)}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs a root grader and setpriv")
+def test_a_root_grader_that_cannot_drop_its_uid_refuses(backend):
+    """Root without CAP_SETUID/CAP_SETGID (as in a container with a trimmed capability set): programs would
+    run as uid 0, which the process limit does not bind."""
+    seen = _grader(_FORKS, backend, preexec=["setpriv", "--bounding-set", "-setuid,-setgid", "--inh-caps", "-all"])
+    assert "refused" in seen, seen
+    assert "unprivileged" in seen["refused"] and "\n" not in seen["refused"]
+
+
+# --- 8. Output bytes do not multiply in the grader --------------------------------------------------------
+
+_OUTPUT = """
+import json, resource
+from gspo.evals.graders.code import run_code
+run_code("print(1)", [{"input": "", "output": "1"}], timeout_s=2, memory_mb=128)  # warm: probe, imports
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+r = run_code("import os\\nos.write(1, b'\\\\x01' * ((16 << 20) - 1))\\nos.write(1, b'\\\\n')", [{"input": "", "output": "1"}],
+             timeout_s=5, memory_mb=128)
+print(json.dumps({"verdict": r.verdict, "grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+def test_control_bytes_in_output_do_not_multiply_in_the_grader(backend):
+    """16 MiB of \\x01 (the largest output allowed) grows the grader by little more than the bytes
+    themselves; JSON escaping would make each byte six."""
+    seen = _grader(_OUTPUT, backend)
+    assert seen["verdict"] == "wrong_answer" and seen["grown_mb"] < 64, seen
+
+
+# --- 9. What a program leaves behind cannot sabotage the next job -----------------------------------------
+
+def test_a_deep_directory_tree_does_not_break_the_next_job(backend):
+    deep = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('deep')"
+    with Sandbox() as sb:
+        first = sb.run(Job(code=deep, cpu_s=5))
+        second = sb.run(Job(code="print('fine')"))
+    assert first.stdout == "deep\n" and (second.stdout, second.error) == ("fine\n", None), second
+
+
+def test_a_full_tmp_does_not_break_the_checker(backend):
+    fill = ("import sys\nn = 0\ntry:\n    while True:\n        open(f'/tmp/fill{n}', 'wb').write(b'x' * (1 << 20))\n        n += 1\n"
+            "except OSError:\n    pass\nprint(6 * 7)")
+    result = run_code(fill, [{"input": "", "output": "42"}], timeout_s=5, memory_mb=1024, checker=_EQUAL)
+    assert result.verdict == "accepted", result
+
+
+# --- Any backend whatever the interpreter's path ----------------------------------------------------------
+
+_PLAIN_RUN = """
+import json
+from gspo.evals.graders.code import run_code
+r = run_code("print(6 * 7)", [{"input": "", "output": "42"}], timeout_s=2, memory_mb=128)
+print(json.dumps({"verdict": r.verdict}))
+"""
+
+
+def test_a_python_prefix_under_tmp(backend, tmp_path):
+    """A virtual environment under /tmp: its prefix is bound inside the sandbox's own /tmp (and re-bound in
+    each job's fresh one)."""
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = [p for p in sys.path if p.endswith("site-packages")]  # gspo and its dependencies, editable finder included
+    seen = _grader(f"import site\nfor p in {site!r}:\n    site.addsitedir(p)\n" + _PLAIN_RUN, backend,
+                   python=str(venv / "bin" / "python"))
+    assert seen == {"verdict": "accepted"}
+
+
+_NO_BINDING = """
+import json, sys
+sys.modules["pyseccomp"] = None  # as on a machine without the binding: importing it fails
+from gspo.conf.errors import GspoError
+from gspo.evals.graders.code import run_code
+try:
+    r = run_code("print(6 * 7)", [{"input": "", "output": "42"}], timeout_s=2, memory_mb=128)
+    print(json.dumps({"verdict": r.verdict}))
+except GspoError as e:
+    print(json.dumps({"refused": str(e)}))
+"""
+
+
+def test_without_a_seccomp_filter_the_sandbox_refuses(backend):
+    """Fail closed, in one line saying what to install, as for a missing backend."""
+    seen = _grader(_NO_BINDING, backend)
+    assert "refused" in seen, seen
+    assert "lacks seccomp" in seen["refused"] and "pip install pyseccomp" in seen["refused"]
+    assert "\n" not in seen["refused"]
