@@ -371,3 +371,74 @@ def test_a_null_answer_and_a_csv_file_get_their_own_messages(tmp_path):
     bom = tmp_path / "bom.jsonl"
     bom.write_text('\ufeff{"question": "1+1?", "answer": "2"}\n', encoding="utf-8")
     assert read_records(bom) == [(1, {"question": "1+1?", "answer": "2"})]
+
+
+# --- 8. a killed sweep resumes; its report says which jobs died and which never ran ----------------------
+
+KILL_AT_SEED1 = """
+import os, signal, sys
+from pathlib import Path
+from gspo.trainer import loop
+marker, real = Path(sys.argv[1]), loop.train_step
+
+def step(n, conf, *args, **kwargs):
+    if n == 1 and conf.seed == 1 and marker.exists():  # job 1 (grpo, seed 1), after its step-0 row
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(n, conf, *args, **kwargs)
+
+loop.train_step = step
+from gspo.cli.main import main
+sys.argv = ["gspo", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_and_its_report_says_what_never_ran(gspo, tmp_path):
+    marker = tmp_path / "kill"
+    marker.touch()
+    args = ["sweep", *TINY, "algo=grpo,gspo", "seed=0,1", "train.steps=1", "train.eval_every=0", "logger.progress=false",
+            f"output_dir={tmp_path / 'runs'}", f"hydra.sweep.dir={tmp_path / 'sw'}"]
+
+    def sweep():
+        return subprocess.run([sys.executable, "-c", KILL_AT_SEED1, str(marker), *args], env=gspo.env,
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    killed = sweep()
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    report = gspo.invoke("report", str(tmp_path / "sw"), "--out", str(tmp_path / "r1"))
+    assert report.exit_code == 0, (report.exception, report.output)
+    notes = [ln for ln in report.stderr.splitlines() if ln.startswith("note:")]
+    assert any("job algo=grpo seed=1 died" in n for n in notes), notes
+    assert any("job 2 (algo=gspo seed=0) never ran" in n for n in notes), notes
+    assert any("job 3 (algo=gspo seed=1) never ran" in n for n in notes), notes
+    first = json.loads((tmp_path / "sw" / "runs" / "1.json").read_text())
+
+    marker.unlink()
+    resumed = sweep()  # the same command, the same folder
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "sweep: resuming" in resumed.stderr
+    assert "finished already, skipped" in resumed.stderr and "(resuming: it was dead)" in resumed.stderr
+    jobs = [json.loads((tmp_path / "sw" / "runs" / f"{n}.json").read_text()) for n in range(4)]
+    assert jobs[1]["run_dir"] == first["run_dir"]  # the same run, resumed: its first attempt still listed
+    assert jobs[1]["attempts"] == [{"pid": first["pid"], "started": first["started"]}]
+    assert [j["outcome"] for j in jobs] == ["finished"] * 4
+    assert jobs[0]["attempts"] == [] and jobs[0]["pid"] != jobs[2]["pid"]  # job 0 was skipped: its record is the first
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 4 and all(read_status(r)["status"] == "finished" for r in runs)
+    assert all(_steps(r / "metrics.jsonl") == [0, 1] for r in runs)
+    report = gspo.invoke("report", str(tmp_path / "sw"), "--out", str(tmp_path / "r2"))
+    assert report.exit_code == 0 and "never ran" not in report.stderr and "died" not in report.stderr
+
+
+def test_a_sweep_resume_needs_its_folder_and_the_same_overrides(gspo, tmp_path):
+    folder = tmp_path / "sw"
+    result = gspo.invoke("sweep", *TINY, "seed=0,1", "resume=true", f"hydra.sweep.dir={folder}")
+    assert isinstance(result.exception, GspoError), result.output
+    assert "holds no sweep to resume" in str(result.exception) and "the same overrides and hydra.sweep.dir=" in str(
+        result.exception)
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps({"overrides": [*TINY, "seed=0,1"], "params": {}, "stamp": "x"}))
+    result = gspo.invoke("sweep", *TINY, "seed=0,1,2", f"hydra.sweep.dir={folder}")
+    assert isinstance(result.exception, GspoError) and "holds another sweep" in str(result.exception)
+    assert not (folder / "runs").exists()

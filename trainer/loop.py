@@ -101,8 +101,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
     aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     if aside:
-        log(f"resume: rows after step {start if ckpt else 'none'} kept aside in {run.path / SET_ASIDE}/ "
-            f"({', '.join(f'{n} of {name}' for name, n in aside.items())}); they are logged again as the run redoes them")
+        log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
+            f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
+            "those steps again as it redoes them")
     run.write_config(config_to_yaml(cfg))
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
                    **({"unreadable_steps": unrebuilt} if unrebuilt else {}))

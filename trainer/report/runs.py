@@ -22,7 +22,8 @@ from gspo.conf.errors import GspoError
 from gspo.trainer.rundir import read_jsonl_lines, read_status
 
 _STEP = re.compile(r'\{"step": (\d+)')  # how every metrics row begins (Loggers.metrics)
-SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended"} of that job
+SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended", "attempts"} of that job
+SWEEP_PLAN = "sweep.json"  # <sweep dir>/sweep.json: {"overrides", "params", "stamp", "jobs"}: what the sweep runs
 
 
 @dataclass
@@ -97,6 +98,35 @@ def sweep_jobs(path: Path) -> list[dict]:
     return jobs
 
 
+def sweep_job(path: Path, num: int) -> dict | None:
+    """The record of job `num` of the sweep at `path` (None: not started, or torn)."""
+    try:
+        return json.loads((path / SWEEP_RUNS / f"{num}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sweep_notes(path: Path) -> list[str]:
+    """What a report must say about a sweep's jobs: the planned ones that never ran (sweep.json's plan,
+    no record) and those whose run died (SIGKILLed), failed, was interrupted or is still going."""
+    try:
+        planned = json.loads((path / SWEEP_PLAN).read_text()).get("jobs")
+    except (OSError, ValueError):
+        planned = None
+    notes = []
+    for num, said in enumerate(planned or []):
+        if sweep_job(path, num) is None:
+            notes.append(f"{path}: job {num} ({said or 'no swept keys'}) never ran: rerun the sweep with the same "
+                         f"overrides and hydra.sweep.dir={path} to run it")
+    for job in sweep_jobs(path):
+        run = Path(job["run_dir"])
+        state = read_status(run).get("status") if (run / "config.yaml").is_file() else None
+        if state not in (None, "finished"):
+            how = {"dead": "died (its process is gone; SIGKILL or a crash)", "running": "is still running"}.get(state, state)
+            notes.append(f"{path}: job {job.get('overrides') or run.name} {how}: its run stops at its last logged step")
+    return notes
+
+
 def sweep_runs(path: Path) -> list[Path]:
     """The run directories a sweep recorded, in job order."""
     return [Path(job["run_dir"]) for job in sweep_jobs(path)]
@@ -108,10 +138,15 @@ def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
     if not paths:
         raise GspoError("no runs given: pass run directories or sweep directories (results/sweeps/<stamp>)")
     found: list[tuple[Path, bool]] = []
+    sweep_said: list[str] = []
     for p in map(Path, paths):
         if not p.exists():
             raise GspoError(f"no such run or sweep directory: {p}")
-        found.extend([(r, True) for r in sweep_runs(p)] if (p / SWEEP_RUNS).is_dir() else [(p, False)])
+        if (p / SWEEP_RUNS).is_dir() or (p / SWEEP_PLAN).is_file():
+            found.extend((r, True) for r in sweep_runs(p))
+            sweep_said.extend(sweep_notes(p))
+        else:
+            found.append((p, False))
     runs, notes, seen = [], [], set()
     for p, from_sweep in found:
         if p.resolve() in seen:
@@ -122,5 +157,5 @@ def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
             continue
         runs.append(load_run(p))
     if not runs:
-        raise GspoError(f"no runs found in {', '.join(map(str, paths))}")
-    return runs, notes
+        raise GspoError(f"no runs found in {', '.join(map(str, paths))}" + (f" ({sweep_said[0]})" if sweep_said else ""))
+    return runs, sweep_said + notes
