@@ -190,6 +190,10 @@ def _check_run_location(cfg: DictConfig) -> None:
     """run_id is a plain, short folder name; output_dir can be created and written."""
     if cfg.run_id is not None:
         check_run_id(str(cfg.run_id))
+    deepest = Path(cfg.output_dir).expanduser().absolute() / (cfg.run_id or "x" * 40) / "checkpoints" / "step_000000"
+    if len(os.fsencode(deepest)) + 80 > os.pathconf("/", "PC_PATH_MAX"):  # + the longest file a checkpoint holds
+        raise GspoError(f"output_dir={cfg.output_dir}: its runs' paths would pass the system's limit of "
+                        f"{os.pathconf('/', 'PC_PATH_MAX')} bytes; use a shorter output_dir")
     existing = Path(cfg.output_dir).expanduser().absolute()
     while not existing.exists():
         existing = existing.parent

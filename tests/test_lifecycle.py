@@ -206,23 +206,27 @@ def test_eval_names_its_checkpoint_and_refuses_a_damaged_newest_one(gspo, three_
     assert isinstance(result.exception, GspoError) and "eval.step=3" in str(result.exception)
 
 
+@pytest.mark.slow
 @as_root
 def test_a_read_only_run_is_evaluated_into_a_folder_of_ones_choosing(gspo, three_steps, tmp_path):
     run = _copy(three_steps, tmp_path)
     out = tmp_path / "out"
     script = ('mount --bind -o ro "$0" "$0" && gspo eval eval.run="$0" "${@:2}" 2>&1; echo "rc=$?"; '
+              'gspo train -q resume="$0" 2>&1; echo "rc=$?"; '
               'gspo eval eval.run="$0" eval.output="$1" "${@:2}" 2>&1; echo "rc=$?"')
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", script, str(run), str(out),
                            *EVAL], env=gspo.env, capture_output=True, text=True, timeout=300, check=False)
-    first, second = proc.stdout.split("rc=", 1)
+    first, resumed, last = proc.stdout.split("rc=")[:3]
     assert f"error: run {run} is not writable" in first and "eval.output=<folder>" in first
     assert first.count("error:") == 1 and "Traceback" not in proc.stdout
-    assert second.startswith("2") and "rc=0" in second, proc.stdout
+    assert resumed.startswith("2") and resumed.count("error:") == 1 and f"run {run} is not writable" in resumed
+    assert last.startswith("2") and proc.stdout.endswith("rc=0\n"), proc.stdout
     assert {r["step"] for r in read_jsonl(out / "evals.jsonl")} == {3}
 
 
 # --- 5. full disks, read-only folders, long names: one line naming path and cause ----------------------
 
+@pytest.mark.slow
 @as_root
 def test_a_full_disk_is_one_error_line_and_the_run_stays_resumable(gspo, tmp_path):
     """A real 160 KiB tmpfs: the config, logs and first rows fit, the first checkpoint (about 140 KiB
@@ -288,6 +292,7 @@ def test_a_torch_write_error_on_a_full_disk_names_the_disk(tmp_path, monkeypatch
     (f"run_id={'a' * 300}", "run_id is 300 characters: at most 200"),
     ("run_id=prüfung", "run_id='prüfung': use a plain name (ASCII"),
     ("seed=18446744073709551616", "seed=18446744073709551616: must fit a 64-bit integer"),
+    ("output_dir=/" + "/".join(["d" * 200] * 21), "would pass the system's limit of 4096 bytes"),
 ])
 def test_names_and_seeds_are_checked_before_the_model_loads(override, words):
     with pytest.raises(GspoError) as err:

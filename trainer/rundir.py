@@ -50,7 +50,10 @@ LOGS = ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "eval_samples.jsonl")
 MANIFEST = "complete.json"  # written last into a checkpoint: without it (or with a mismatch) it is not intact
 SET_ASIDE = "set-aside"  # <run>/set-aside/<log>: rows a resume cut from <log>, appended, never rewritten
 STATUS_UNREADABLE = "unreadable"  # what a reader shows for a run.json it cannot parse
+
+
 def _umask() -> int:
+    """The process's umask (read by setting it back at once)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -154,6 +157,9 @@ class RunDir:
         exists = (path / "run.json").exists() or (path / "config.yaml").is_file()
         if resume and not exists:
             raise GspoError(f"resume=true but there is no run at {path}")
+        if resume and not os.access(path, os.W_OK | os.X_OK):  # before the model loads, not at the first write
+            raise GspoError(f"run {path} is not writable (read-only or another user's): a resume writes into it; "
+                            "copy it somewhere writable and resume the copy")
         if not resume and path.exists() and any(path.iterdir()):
             raise GspoError(f"run directory {path} already exists: pass resume=true or another run_id")
         run = cls(path)
