@@ -42,8 +42,13 @@ def pick_preset(overrides: list[str]) -> tuple[str, list[str]]:
 
 def swept_by(text: str) -> tuple[str, ...]:
     """The keys a preset sweeps (its hydra.sweeper.params), for run names and tags."""
+    return tuple(sweep_params(text))
+
+
+def sweep_params(text: str) -> dict[str, str]:
+    """A preset's hydra.sweeper.params: key -> its sweep (`grpo,gspo`), as Hydra's sweeper reads them."""
     params = OmegaConf.create(text).get("hydra", {}).get("sweeper", {}).get("params", {})
-    return tuple(params)
+    return {str(k): str(v) for k, v in params.items()}
 
 
 @user_errors
@@ -55,6 +60,7 @@ def compare_cmd(
     default; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then write the
     report and print its headline table."""
     name, rest = pick_preset(list(overrides or []))
-    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]))
+    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),
+                          preset_params=sweep_params(presets()[name]))
     out = sweep_dir / "report"
     print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip()))

@@ -1,4 +1,6 @@
 """The one place a user error becomes one line: `error: <message>` on stderr and exit code 2, no traceback.
+So does an OSError of the machine's state (disk full, read-only, permission, name too long; conf/errors.py),
+naming the path and the cause.
 
 Every command runs inside it (the console script's `main`, each `gspo grade` command, and each Hydra job of
 a sweep, which Hydra would otherwise report with its own traceback and exit code 1). Under several processes
@@ -17,7 +19,7 @@ from typing import TypeVar
 
 import typer
 
-from gspo.conf.errors import GspoError
+from gspo.conf.errors import GspoError, disk_error
 
 F = TypeVar("F", bound=Callable)
 
@@ -29,6 +31,13 @@ def one_line_errors() -> Iterator[None]:
     except GspoError as e:
         if is_rank0():
             typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except (OSError, RuntimeError) as e:  # a full disk, a read-only folder, a permission, a name too long
+        error = disk_error(e)
+        if error is None:
+            raise
+        if is_rank0():
+            typer.echo(f"error: {error}", err=True)
         sys.exit(2)
 
 

@@ -8,6 +8,7 @@ Hydra's sweepers and launchers work unchanged.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from importlib import resources
@@ -80,7 +81,10 @@ def train(
 
 
     log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
-    run_dir = run_training(config, log=log)
+    try:
+        run_dir = run_training(config, log=log)
+    except KeyboardInterrupt as e:  # Typer would make any interrupt exit 130
+        raise typer.Exit(interrupt_exit_code(e)) from None
     if is_rank0():
         typer.echo(f"run finished: {run_dir}")
 
@@ -203,10 +207,19 @@ def main() -> None:
     try:
         with one_line_errors():
             app()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if is_rank0():
             typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
-        sys.exit(130)
+        sys.exit(interrupt_exit_code(e))
+
+
+def interrupt_exit_code(e: KeyboardInterrupt) -> int:
+    """128 + the signal's number, the shell's convention for a process ended by a signal: 130 for Ctrl-C
+    (SIGINT), 143 for SIGTERM (the trainer turns it into KeyboardInterrupt("signal 15")), so a scheduler or
+    a script tells a kill from a user's Ctrl-C."""
+    if e.args and isinstance(e.args[0], str) and e.args[0].startswith("signal "):
+        return 128 + int(e.args[0].split()[1])
+    return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ A sweep lives in results/sweeps/<stamp>/ (or hydra.sweep.dir=): Hydra's per-job 
 runs/<job>.json naming each job's run directory (with its process id, start and end time), written as
 the job starts and as it ends, so `gspo report` finds the runs of a sweep still going or killed. W&B: the sweep's runs share the group
 `sweep-<stamp>` and are tagged with their algorithm and swept values.
+
+A training sweep resumes: sweep.json holds its overrides, stamp and planned jobs, and the same command
+with the same hydra.sweep.dir= keeps the stamp (so each job's run id), skips the jobs whose run finished,
+resumes the others' runs, and keeps each earlier attempt in the job's record (`attempts`). The report
+names the planned jobs that never ran and those whose run died, failed or was interrupted.
 """
 
 from __future__ import annotations
@@ -33,11 +38,11 @@ from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.errors import GspoError
-from gspo.conf.overrides import check_sweep_overrides, swept_keys
+from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
-from gspo.trainer.report.runs import SWEEP_RUNS, load_run, sweep_runs
+from gspo.trainer.report.runs import SWEEP_PLAN, SWEEP_RUNS, load_run, sweep_job, sweep_runs
 from gspo.trainer.report.tables import run_value
-from gspo.trainer.rundir import atomic_write_text
+from gspo.trainer.rundir import atomic_write_text, read_status
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
@@ -45,21 +50,38 @@ MULTIRUN = ("-m", "--multirun")
 INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
-def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train") -> Path:
+def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
+              preset_params: dict[str, str] | None = None) -> Path:
     """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir.
-    `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output)."""
+    `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output).
+    A training sweep run again with the same folder (hydra.sweep.dir=) and overrides resumes it: the
+    sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones resumed.
+    `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN)."""
     register_configs()
     overrides = [a for a in args if a not in MULTIRUN]
+    resume = [a for a in overrides if a.startswith("resume=")]
+    overrides = [a for a in overrides if not a.startswith("resume=")]
     check_sweep_overrides(overrides, command)
     check_launcher(overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
     sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
+    if command == "train":
+        stamp = _plan(sweep_dir, overrides, stamp, preset_params, resume=bool(resume))
+    elif resume:
+        raise GspoError("resume= is for training runs: an eval sweep runs its evals again")
     os.environ["GSPO_SWEEP"] = stamp
     os.environ["GSPO_SWEPT"] = " ".join(dict.fromkeys([*preset_keys, *swept_keys(overrides)]))
     os.environ["GSPO_COMMAND"] = command
     sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
-    _job()
+    try:
+        _job()
+    except KeyboardInterrupt:
+        if command == "train":
+            typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): "
+                       f"gspo sweep {' '.join(a for a in overrides if not a.startswith('hydra.sweep.dir='))} "
+                       f"hydra.sweep.dir={sweep_dir}", err=True)
+        raise
     if command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
         return sweep_dir
@@ -69,6 +91,33 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
         typer.echo(f"  {run}")
     typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
     return sweep_dir
+
+
+def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, str] | None, *, resume: bool) -> str:
+    """Write (or, for a sweep run again in its folder, check) <sweep dir>/sweep.json: the sweep's overrides,
+    stamp and planned jobs. Returns the stamp the jobs are named by: the first attempt's on a rerun."""
+    plan_file = sweep_dir / SWEEP_PLAN
+    mine = [o for o in overrides if not o.startswith("hydra.sweep.dir=")]
+    plan = {"overrides": mine, "params": params or {}, "stamp": stamp, "jobs": planned_jobs(overrides, params)}
+    if plan_file.is_file():
+        try:
+            old = json.loads(plan_file.read_text())
+        except ValueError:
+            raise GspoError(f"{plan_file} is unreadable: this folder's sweep cannot be resumed; use another "
+                            "hydra.sweep.dir=") from None
+        if (old.get("overrides"), old.get("params") or {}) != (mine, plan["params"]):
+            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(old.get('overrides', []))}): "
+                            "run this one in another folder, or the same overrides to resume that one")
+        typer.echo(f"sweep: resuming {sweep_dir} (finished jobs are skipped, interrupted ones resumed)", err=True)
+        return old["stamp"]
+    if resume:
+        raise GspoError(f"resume=true: {sweep_dir} holds no sweep to resume (no {SWEEP_PLAN}); a sweep resumes when "
+                        "run again with the same overrides and hydra.sweep.dir=<its folder>")
+    if (sweep_dir / SWEEP_RUNS).is_dir():
+        raise GspoError(f"hydra.sweep.dir={sweep_dir} holds a sweep without {SWEEP_PLAN} (an older gspo's), which "
+                        "cannot be resumed: use another hydra.sweep.dir=")
+    atomic_write_text(plan_file, json.dumps(plan, indent=1) + "\n")
+    return stamp
 
 
 def check_launcher(overrides: list[str]) -> None:
@@ -123,6 +172,23 @@ def _record(hc, record: dict) -> None:
     atomic_write_text(Path(hc.sweep.dir) / SWEEP_RUNS / f"{hc.job.num}.json", json.dumps(record) + "\n")
 
 
+def _planned(hc) -> str | None:
+    """This job's swept values as the sweep's plan names them (`algo=grpo seed=1`), if it has a plan."""
+    try:
+        jobs = json.loads((Path(hc.sweep.dir) / SWEEP_PLAN).read_text()).get("jobs") or []
+    except (OSError, ValueError):
+        return None
+    return jobs[hc.job.num] if hc.job.num < len(jobs) else None
+
+
+def _attempts(hc) -> list[dict]:
+    """The earlier attempts at this job (a sweep run again in its folder), each as its record had it."""
+    old = sweep_job(Path(hc.sweep.dir), hc.job.num)
+    if old is None:
+        return []
+    return [*old.pop("attempts", []), {k: v for k, v in old.items() if k in ("pid", "started", "ended", "outcome")}]
+
+
 @hydra.main(config_path="pkg://gspo.conf", config_name="config", version_base="1.3")
 def _job(cfg: DictConfig) -> float:
     """One training run; returns the final value of cfg.objective (what a search sweeper optimizes)."""
@@ -146,16 +212,35 @@ def _job(cfg: DictConfig) -> float:
         if threads:
             torch.set_num_threads(threads)
         run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
-        record = {"run_dir": str(run_dir), "pid": os.getpid(), "started": time.time()}
+        objective = cfg.objective or f"eval/{cfg.task.name}/accuracy"
+        said = _planned(hc) or " ".join(hc.job.override_dirname.split(","))
+        state = read_status(run_dir).get("status")
+        if state == "finished":  # a sweep run again: this job is done
+            if main:
+                typer.echo(f"sweep job {hc.job.num}: {said} -> {run_dir} finished already, skipped", err=True)
+            return run_value(load_run(run_dir), objective, "final")
+        with open_dict(cfg):
+            cfg.resume = (run_dir / "config.yaml").is_file()  # an earlier attempt's run, interrupted or died
+        record = {"run_dir": str(run_dir), "overrides": said, "pid": os.getpid(), "started": time.time(),
+                  "attempts": _attempts(hc) if main else []}
         if main:
             _record(hc, record)
-            typer.echo(f"sweep job {hc.job.num}: {' '.join(hc.job.override_dirname.split(','))} -> {run_dir} "
+            typer.echo(f"sweep job {hc.job.num}: {said} -> {run_dir}{f' (resuming: it was {state})' if cfg.resume else ''} "
                        f"(torch threads {torch.get_num_threads()})", err=True)
-        train(cfg, log=lambda m: typer.echo(m, err=True))
+        try:
+            train(cfg, log=lambda m: typer.echo(m, err=True))
+        except BaseException as e:
+            if main:
+                _record(hc, record | {"ended": time.time(), "outcome": _outcome(e)})
+            raise
         if not main:
             return float("nan")  # the launcher reports rank 0's value
-        _record(hc, record | {"ended": time.time()})
-        return run_value(load_run(run_dir), cfg.objective or f"eval/{cfg.task.name}/accuracy", "final")
+        _record(hc, record | {"ended": time.time(), "outcome": "finished"})
+        return run_value(load_run(run_dir), objective, "final")
+
+
+def _outcome(e: BaseException) -> str:
+    return "interrupted" if isinstance(e, KeyboardInterrupt) else f"failed: {type(e).__name__}: {e}".splitlines()[0]
 
 
 def _eval_job(cfg: DictConfig, hc) -> float:

@@ -33,6 +33,8 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
     (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make. `command`
     "eval": with `eval.run=<run dir>`, that run's saved config with the eval's overrides (run_config)."""
     overrides = expand_resume_dir(list(overrides or []))
+    for value in [o.partition("=")[2] for o in overrides if o.startswith(("run_id=", "+run_id="))]:
+        check_run_id(value)  # before Hydra's grammar meets a name it cannot lex (unicode, spaces)
     register_configs()
     GlobalHydra.instance().clear()
     try:
@@ -171,10 +173,27 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
+MAX_RUN_ID = 200  # bytes: a file name is at most 255, and W&B names its folder run-<time>-<run_id>
+
+
+def check_run_id(run_id: str) -> None:
+    """run_id is a plain folder name (never a path out of output_dir) short enough for every file system."""
+    if not _PLAIN_NAME.fullmatch(run_id):
+        raise GspoError(f"run_id={run_id!r}: use a plain name (ASCII letters, digits, '.', '_', '-', '+'; no '/' "
+                        "or spaces)")
+    if len(run_id) > MAX_RUN_ID:
+        raise GspoError(f"run_id is {len(run_id)} characters: at most {MAX_RUN_ID} (a folder name is at most 255 bytes, "
+                        "and W&B adds its own prefix to it)")
+
+
 def _check_run_location(cfg: DictConfig) -> None:
-    """run_id is a plain folder name (never a path out of output_dir); output_dir can be created and written."""
-    if cfg.run_id is not None and not _PLAIN_NAME.fullmatch(str(cfg.run_id)):
-        raise GspoError(f"run_id={cfg.run_id!r}: use a plain name (letters, digits, '.', '_', '-', '+'; no '/')")
+    """run_id is a plain, short folder name; output_dir can be created and written."""
+    if cfg.run_id is not None:
+        check_run_id(str(cfg.run_id))
+    deepest = Path(cfg.output_dir).expanduser().absolute() / (cfg.run_id or "x" * 40) / "checkpoints" / "step_000000"
+    if len(os.fsencode(deepest)) + 80 > os.pathconf("/", "PC_PATH_MAX"):  # + the longest file a checkpoint holds
+        raise GspoError(f"output_dir={cfg.output_dir}: its runs' paths would pass the system's limit of "
+                        f"{os.pathconf('/', 'PC_PATH_MAX')} bytes; use a shorter output_dir")
     existing = Path(cfg.output_dir).expanduser().absolute()
     while not existing.exists():
         existing = existing.parent

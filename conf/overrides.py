@@ -9,6 +9,8 @@ their bounds' key only.
 
 from __future__ import annotations
 
+import itertools
+
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 
@@ -50,3 +52,24 @@ def check_sweep_overrides(overrides: list[str], command: str = "train") -> None:
 def swept_keys(overrides: list[str]) -> list[str]:
     """Keys (or groups) the overrides sweep over: `algo=grpo,gspo seed=0,1` -> [algo, seed]."""
     return [o.key_or_group for o in _parse(overrides) if o.is_sweep_override() and not o.is_hydra_override()]
+
+
+def planned_jobs(overrides: list[str], params: dict[str, str] | None = None) -> list[str] | None:
+    """The jobs Hydra's basic sweeper will run, in its job order (job i is item i): each the `key=value`
+    overrides it sweeps, joined by spaces. `params`: the sweeper's params from the config (a preset's
+    hydra.sweeper.params), which come before the command line's as Hydra merges them. None when another
+    sweeper (Optuna) draws the jobs as it goes."""
+    if any(o.startswith("hydra/sweeper=") for o in overrides):
+        return None
+    parsed = _parse([f"{k}={v}" for k, v in (params or {}).items()] + overrides)
+    keys: dict[str, list[str]] = {}  # Hydra's order: a key's first position, its last value
+    for o in parsed:
+        if o.is_hydra_override():
+            continue
+        head = o.input_line.split("=", 1)[0]
+        if o.is_sweep_override() and not o.is_discrete_sweep():
+            return None
+        keys[o.get_key_element()] = _values(o) if o.is_sweep_override() else [f"{head}={o.get_value_element_as_str()}"]
+    swept = {k: v for k, v in keys.items() if len(v) > 1 or any(o.is_sweep_override() for o in parsed
+                                                                 if o.get_key_element() == k)}
+    return [" ".join(combo) for combo in itertools.product(*swept.values())] if swept else [""]

@@ -1,7 +1,8 @@
 """Range checks for every numeric setting, at compose time (before torch loads or a file is written).
 
 Each rule is (low, high, low_open): the value must be finite, >= low (> low when low_open) and <= high
-(no upper bound when None). A value of None passes where the schema allows None (e.g. eval.limit).
+(no upper bound when None). Every integer must also fit 64 bits (seed=2**64 would pass a rule of >= 0 and
+then fail inside torch after the model loads). A value of None passes where the schema allows None (e.g. eval.limit).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from omegaconf import DictConfig, ListConfig
 from gspo.conf.errors import GspoError
 
 _POS, _NONNEG, _ONE = (0, None, True), (0, None, False), (1, None, False)
+INT64 = (-(2**63), 2**63 - 1)  # every integer setting; torch.manual_seed, for one, fails past 2**64 - 1
 RULES: dict[str, tuple[float, float | None, bool]] = {
     "seed": _NONNEG,
     "algo.clip_low": (0, 1, True), "algo.clip_high": _POS, "algo.kl_beta": _NONNEG, "algo.adv_eps": _NONNEG,
@@ -27,7 +29,7 @@ RULES: dict[str, tuple[float, float | None, bool]] = {
     "rollout.tensor_parallel_size": _ONE,
     "task.min_digits": _ONE, "task.max_digits": _ONE, "task.eval_size": _ONE, "task.timeout_s": _POS,
     "task.workers": _ONE,
-    "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _ONE,
+    "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _ONE, "eval.step": _NONNEG,
     "eval.workers": _ONE, "logger.samples_per_step": _NONNEG,
     "model.tiny.hidden_size": _ONE, "model.tiny.num_layers": _ONE, "model.tiny.intermediate_size": _ONE,
     "model.tiny.num_heads": _ONE, "model.tiny.num_kv_heads": _ONE, "model.tiny.sft_lr": _POS,
@@ -41,6 +43,8 @@ def check_numbers(cfg: DictConfig) -> None:
     for key, value in _numbers(cfg, ""):
         if not math.isfinite(value):
             raise GspoError(f"{key}={value}: must be a finite number")
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:  # torch, numpy and W&B pack it in 64 bits
+            raise GspoError(f"{key}={value}: must fit a 64-bit integer ({INT64[0]} to {INT64[1]})")
         rule = RULES.get(key.split("[")[0])
         if rule is not None and not _in_range(value, *rule):
             raise GspoError(f"{key}={value}: must be {_describe(*rule)}")

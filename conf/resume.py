@@ -1,7 +1,9 @@
 """Resume = the run's own config: `resume=true run_id=X` (or `resume=<run dir>`) loads X/config.yaml.
 
 A bare resume command therefore continues the run as it was configured. Overrides on the resume command
-may only extend the run (more steps, evals, checkpoint cadence, logging); an override that would change
+may only extend the run (more steps, evals, checkpoint cadence, logging): train.steps may grow, never
+shrink, and grows only under a constant lr schedule (linear and cosine decay over the run's first
+train.steps, so a longer horizon would change the remaining learning rates); an override that would change
 what is trained (model, task, algorithm, batch shape, learning rate, seed, ...) is refused with one line
 naming the key, unless it repeats the run's own value.
 """
@@ -47,6 +49,8 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
     for key in _override_keys(overrides):
         new, old = OmegaConf.select(composed, key), OmegaConf.select(saved, key)
         if _extends(key):
+            if key == "train.steps":
+                _check_steps(saved, new, path)
             OmegaConf.update(saved, key, new, merge=False)
         elif _plain(new) != _plain(old):
             raise GspoError(
@@ -54,6 +58,20 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
                 f"on resume only {', '.join(EXTENDS[:-3])} may change; start a new run_id to change {key}")
     saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
     return saved
+
+
+def _check_steps(saved: DictConfig, steps, path: Path) -> None:
+    """A resume may extend a run, never shrink it (a run of 8 steps saved as 3 would join another arm), and
+    extends a decaying lr schedule never: linear and cosine decay over the first train.steps (the schedule's
+    horizon, fixed when the run started), and a longer horizon would change every remaining learning rate."""
+    old = saved.train.steps
+    if steps < old:
+        raise GspoError(f"train.steps={steps}: a resumed run may extend its train.steps={old} (in {path / 'config.yaml'}), "
+                        "never shrink it; to stop earlier, interrupt it; for a shorter run start a new run_id")
+    if steps != old and saved.train.lr_schedule in ("linear", "cosine"):
+        raise GspoError(f"train.steps={steps}: train.lr_schedule={saved.train.lr_schedule} decays over the run's "
+                        f"train.steps={old}, so extending it would change the remaining learning rates; start a new "
+                        "run_id with the longer train.steps (constant schedules extend)")
 
 
 def eval_run_config(composed: DictConfig, overrides: list[str]) -> DictConfig:

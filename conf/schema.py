@@ -175,8 +175,9 @@ class EvalConfig:
     workers: int = 2  # grading processes
     paths: dict[str, str] = field(default_factory=dict)  # bench -> local file overriding the hub id
     weak_sandbox: bool = False  # run model-written code without strong isolation (as GSPO_SANDBOX_WEAK=1)
-    run: str | None = None  # gspo eval: a run directory; its latest checkpoint is evaluated under the run's own config
-    output: str | None = None  # gspo eval without eval.run: where evals.jsonl goes; None: results/evals/<time>-<model>
+    run: str | None = None  # gspo eval: a run directory; its newest checkpoint (refused if damaged) is evaluated under the run's own config
+    step: int | None = None  # gspo eval with eval.run: the checkpoint step to evaluate; None: the newest
+    output: str | None = None  # gspo eval: where evals.jsonl goes; None: the run of eval.run, else results/evals/<time>-<model>
 
 
 @dataclass

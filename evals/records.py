@@ -19,7 +19,7 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
     if not p.is_file():
         raise GspoError(f"file not found: {p}" if not p.exists() else f"not a file: {p}")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors, Excel) is not data
     except UnicodeDecodeError as e:
         raise GspoError(f"{p}: not UTF-8 text (byte {e.start}); convert it, e.g. iconv -f latin1 -t utf-8") from None
     if p.suffix == ".json" or text.lstrip().startswith("["):
@@ -40,11 +40,19 @@ def read_records(path: str | Path) -> list[tuple[int, dict]]:
             try:
                 rows.append((i, json.loads(line)))
             except json.JSONDecodeError as e:
-                raise GspoError(f"{p}: row {i} is not valid JSON ({e.msg})") from None
+                raise GspoError(f"{p}: row {i} is not valid JSON ({e.msg}){_csv_hint(p, line)}") from None
     for i, rec in rows:
         if not isinstance(rec, dict):
             raise GspoError(f"{p}: row {i} is not a JSON object")
     return rows
+
+
+def _csv_hint(path: Path, line: str) -> str:
+    """A hint when the file is plainly CSV or TSV rather than JSON lines."""
+    if path.suffix.lower() in (".csv", ".tsv") or (not line.lstrip().startswith(("{", "[")) and ("," in line or "\t" in line)):
+        return ("; it looks like CSV/TSV: convert it to JSON lines, one object a row, e.g. "
+                "python -c \"import pandas as pd; pd.read_csv('F.csv').to_json('F.jsonl', orient='records', lines=True)\"")
+    return ""
 
 
 def load_hub_rows(

@@ -67,7 +67,8 @@ CASES = [
     ("output-dir-under-a-file", ["output_dir={tmp}/a_file/runs"], ["a_file", "not a folder"], False),
     ("output-dir-cannot-be-made", ["output_dir=/proc/gspo-runs"], ["/proc/gspo-runs", "cannot create"], True),
     ("latin1-task-file", ["task=math", "task.dataset={tmp}/latin1.jsonl"], ["latin1.jsonl", "not UTF-8"], True),
-    ("resume-changes-the-run", ["resume=results/runs/done", "train.lr=1"], ["train.lr", "keeps its own config"], False),
+    ("resume-changes-the-run", ["resume=results/runs/done", "train.steps=2", "train.lr=1"],  # its own steps: a resume never shrinks
+     ["train.lr", "keeps its own config"], False),
     ("sampler-name", ["rollout.sampler=fast"], ["rollout.sampler='fast'", "lean, generate"], False),
     ("old-logp-source", ["algo.old_logp_source=cache"], ["algo.old_logp_source='cache'", "auto, recompute, engine"],
      False),

@@ -90,7 +90,7 @@ def test_sigterm_marks_the_run_interrupted(gspo, tmp_path):
     run = tmp_path / "stopped"
     os.kill(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and "Traceback" not in stderr
+    assert proc.returncode == 143 and "Traceback" not in stderr  # 128 + SIGTERM, as a shell reports it
     status = json.loads((run / "run.json").read_text())
     assert status["status"] == "interrupted" and "ended" in status
     assert f"continue with: gspo train resume={run}" in stderr

@@ -7,9 +7,10 @@ prune nothing intact, and log each step once with the numbers of the undamaged r
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,25 +164,46 @@ def test_a_checkpoint_without_its_manifest_is_not_trusted(tmp_path):
     assert run.latest_checkpoint() is None
 
 
+PAUSE_AFTER_STEP0_ROW = """
+import os, sys
+from gspo.trainer import loggers
+fd, real = int(sys.argv[1]), loggers.Loggers.metrics
+
+def metrics(self, step, row):
+    real(self, step, row)
+    if step == 0:
+        os.write(fd, b"0\\n")
+        sys.stdin.read()  # paused until the test kills this process
+
+loggers.Loggers.metrics = metrics
+from gspo.cli.main import main
+sys.argv = ["gspo", *sys.argv[2:]]
+main()
+"""
+
+
 @pytest.mark.slow
 def test_killed_after_the_step0_row_resumes_with_one_step0_row(gspo, tmp_path):
-    """A real process, SIGKILLed after its step-0 row (and maybe a few more; its first checkpoint would come
-    at step 50): while it lives a resume is refused; after the kill the resume starts over and logs step 0 once."""
+    """A real process, SIGKILLed right after its step-0 row (the marker: it writes to a pipe and waits; its
+    first checkpoint would come at its last step): while it lives a resume is refused; after the kill the
+    resume starts over, sets the killed attempt's rows aside and logs step 0 once."""
     run = tmp_path / "r"
-    proc = subprocess.Popen(["gspo", "train", "-q", *CKPT, "train.steps=50", "train.save_every=0",
-                             f"output_dir={tmp_path}", "run_id=r"], env=gspo.env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not read_jsonl(run / "metrics.jsonl"):  # the marker: the step-0 row
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-        time.sleep(0.05)
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_AFTER_STEP0_ROW, str(w), "train", "-q", *CKPT, "train.steps=1",
+                             "train.save_every=0", f"output_dir={tmp_path}", "run_id=r"], env=gspo.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        marker = pipe.readline()
+    assert marker.strip() == "0", proc.communicate()[1][-2000:]
     live = gspo.invoke("train", f"resume={run}")
     assert isinstance(live.exception, GspoError) and "being written by another" in str(live.exception)
     proc.kill()
     proc.communicate(timeout=30)
-    logged = [r["step"] for r in read_jsonl(run / "metrics.jsonl")]
-    assert logged == list(range(len(logged))) and not (run / "checkpoints").exists()
-    log = _resume(gspo, run, "train.steps=1")
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0] and not (run / "checkpoints").exists()
+    log = _resume(gspo, run)
     assert "no intact checkpoint, starting at step 0" in log
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1]
     assert [r["step"] for r in read_jsonl(run / "evals.jsonl")] == [0, 0, 1, 1]  # accuracy and greedy, once each
+    assert [r["step"] for r in read_jsonl(run / "set-aside" / "metrics.jsonl")] == [0]  # the killed attempt's row

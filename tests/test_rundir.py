@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.rundir import LOGS, RunDir, atomic_write_text, read_jsonl
+from gspo.trainer.rundir import LOGS, SET_ASIDE, RunDir, atomic_write_text, read_jsonl
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):
@@ -71,7 +71,7 @@ def test_open_resume_needs_a_run(tmp_path):
     assert RunDir.open(str(tmp_path), "r", resume=True).path == tmp_path / "r"
 
 
-def test_truncate_logs_cuts_back_to_the_checkpoint_and_drops_torn_lines(tmp_path):
+def test_truncate_logs_cuts_back_to_the_checkpoint_and_sets_the_rest_aside(tmp_path):
     run = RunDir.open(str(tmp_path), "r", resume=False)
     run.write_config("seed: 0\n")
     for name in LOGS:
@@ -79,11 +79,15 @@ def test_truncate_logs_cuts_back_to_the_checkpoint_and_drops_torn_lines(tmp_path
             run.append(name, {"step": step, "v": step * 0.5})
         with open(run.path / name, "a") as f:
             f.write('{"step": 5, "v"')
-    run.truncate_logs(2)
+    assert run.truncate_logs(2) == {name: 3 for name in LOGS}
     for name in LOGS:
         assert (run.path / name).read_text() == "".join(
             json.dumps({"step": s, "v": s * 0.5}) + "\n" for s in range(3)), name
-    assert sorted(os.listdir(run.path)) == sorted(["config.yaml", *LOGS])
+        assert (run.path / SET_ASIDE / name).read_text() == "".join(  # nothing cut is lost
+            json.dumps({"step": s, "v": s * 0.5}) + "\n" for s in (3, 4)) + '{"step": 5, "v"\n', name
+    assert sorted(os.listdir(run.path)) == sorted(["config.yaml", SET_ASIDE, *LOGS])
+    assert run.truncate_logs(2) == {}  # nothing more to cut: the set-aside rows are not written twice
+    assert len((run.path / SET_ASIDE / LOGS[0]).read_text().splitlines()) == 3
 
 
 def test_set_status_keeps_fields_and_times_the_end(tmp_path):

@@ -120,12 +120,13 @@ def test_report_of_a_truncated_metrics_file_uses_whole_rows(gspo, sweep_dir, tmp
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward/me')
     status = json.loads((run / "run.json").read_text())
-    (run / "run.json").write_text(json.dumps(status | {"status": "running", "step": 2}))  # as a SIGKILL leaves it
+    (run / "run.json").write_text(json.dumps(status | {"status": "running", "step": 2}))  # as a SIGKILL leaves it:
+    # the sweep job's process (its pid) is gone, so the report reads it as dead
     result = gspo.invoke("report", str(run), "--out", str(tmp_path / "out"))
     assert result.exit_code == 0, (result.exception, result.output)
     assert "1 line(s) that are not whole rows" in result.stderr and "its 3 whole rows" in result.stderr
     assert "1 run(s) not finished" in result.stderr
-    assert "| torn | all runs | 0 | running | 2 | 2 |" in (tmp_path / "out" / "report.md").read_text()
+    assert "| torn | all runs | 0 | dead | 2 | 2 |" in (tmp_path / "out" / "report.md").read_text()
     assert pd.read_csv(tmp_path / "out" / "summary.csv")["step"].tolist() == [2]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from gspo.trainer.loggers import Loggers
 from gspo.trainer.models import pick_device
 from gspo.trainer.policy import load_policy
 from gspo.trainer.rollout import HFEngine
-from gspo.trainer.rundir import RunDir
+from gspo.trainer.rundir import RunDir, checkpoint_problem, checkpoint_step
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.task_types import Task, prompt_text
 
@@ -112,44 +113,94 @@ def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int
 
 
 def run_eval(cfg, log=print) -> Path:
-    """`gspo eval`: the model of `cfg` (or the latest checkpoint of `eval.run`, under that run's config) on
+    """`gspo eval`: the model of `cfg` (or a checkpoint of `eval.run`, under that run's config) on
     `eval.benches`; rows appended to <dir>/evals.jsonl and samples to <dir>/eval_samples.jsonl through the
-    run's loggers, <dir> being the run's own folder or `eval.output`. Returns <dir>."""
+    run's loggers, <dir> being `eval.output`, else the run's own folder (whose lock the eval holds, as any
+    writer of a run does: a run still training is refused), else results/evals/<time>-<model>. Returns <dir>."""
     accept_weak(cfg.eval.weak_sandbox)
     if not cfg.eval.benches:
         raise GspoError("no benchmark given: eval.benches=[aime24] (or several: eval.benches=[aime24,livecodebench])")
     benches = load_benches(cfg)
-    model, tokenizer, step = _eval_model(cfg, log)
-    out_dir = Path(cfg.eval.run or cfg.eval.output or Path("results") / "evals" / _stamp(cfg.model.name))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.to(pick_device(cfg.device))
-    engine = make_engine(cfg, model, tokenizer)
-    loggers = Loggers(RunDir(out_dir), cfg, OmegaConf.to_container(cfg, resolve=True), job_type="eval")
+    ckpt = eval_checkpoint(cfg) if cfg.eval.run is not None else None
+    out = _eval_output(cfg)
     try:
-        results, rows, samples = eval_benchmarks(cfg, engine, benches, step)
-        loggers.evals(rows, samples)
+        model, tokenizer, step = _eval_model(cfg, ckpt, log)
+        model.to(pick_device(cfg.device))
+        engine = make_engine(cfg, model, tokenizer)
+        loggers = Loggers(out, cfg, OmegaConf.to_container(cfg, resolve=True), job_type="eval")
+        try:
+            results, rows, samples = eval_benchmarks(cfg, engine, benches, step)
+            loggers.evals(rows, samples)
+        finally:
+            loggers.close()
     finally:
-        loggers.close()
+        out.close()
     for name, metrics in results.items():
         log(f"{name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
-    return out_dir
+    return out.path
 
 
-def _eval_model(cfg, log):
-    """(model, tokenizer, step) for the latest checkpoint of `eval.run`, else `cfg.model` (step None)."""
-    if cfg.eval.run is None:
+def _eval_output(cfg) -> RunDir:
+    """Where the eval's rows go, checked before the model loads: `eval.output` (created), else the run of
+    `eval.run`, locked (refused while its trainer or another eval writes it, or when it is not writable:
+    both say eval.output=), else a new folder under results/evals/."""
+    if cfg.eval.output is not None or cfg.eval.run is None:
+        path = Path(cfg.eval.output or Path("results") / "evals" / _stamp(cfg.model.name)).expanduser()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise GspoError(f"eval.output={path}: cannot create it ({e.strerror}); pass a writable folder") from None
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise GspoError(f"eval.output={path} is not writable; pass a writable folder")
+        return RunDir(path)
+    path = Path(cfg.eval.run).expanduser()
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise GspoError(f"run {path} is not writable (read-only or another user's): write this eval's rows "
+                        "elsewhere with eval.output=<folder>")
+    try:
+        return RunDir.open(str(path.parent), path.name, resume=True)
+    except GspoError as e:
+        raise GspoError(f"{e} (to evaluate it meanwhile, write the rows elsewhere: eval.output=<folder>)") from None
+
+
+def eval_checkpoint(cfg) -> Path:
+    """The checkpoint of `eval.run` to evaluate: step `eval.step`, else the newest, which must be intact (a
+    damaged newest one is refused, naming the newest intact one, rather than evaluated or passed over)."""
+    run = RunDir(Path(cfg.eval.run).expanduser())
+    folders = run.step_folders()
+    if cfg.eval.step is not None:
+        chosen = [f for f in folders if checkpoint_step(f) == cfg.eval.step]
+        if not chosen:
+            kept = ", ".join(str(checkpoint_step(f)) for f in folders) or "none"
+            raise GspoError(f"eval.step={cfg.eval.step}: run {run.path} has no checkpoint of that step (kept: {kept})")
+        problem = checkpoint_problem(chosen[0])
+        if problem is not None:
+            raise GspoError(f"eval.step={cfg.eval.step}: {chosen[0]} is not intact ({problem})")
+        return chosen[0]
+    if not folders:
+        raise GspoError(f"run {run.path} has no checkpoint yet")
+    problem = checkpoint_problem(folders[-1])
+    if problem is not None:
+        intact = run.latest_checkpoint()
+        hint = (f"evaluate the newest intact one with eval.step={checkpoint_step(intact)}" if intact is not None
+                else "no checkpoint of the run is intact")
+        raise GspoError(f"the run's newest checkpoint {folders[-1]} is not intact ({problem}): {hint}")
+    return folders[-1]
+
+
+def _eval_model(cfg, ckpt: Path | None, log):
+    """(model, tokenizer, step) for the checkpoint `ckpt` of `eval.run`, else `cfg.model` (step None)."""
+    if ckpt is None:
         if cfg.model.name == "tiny":
             log("evaluating the embedded tiny model (model=tiny); another: model=hf model.name=<path or hub id>")
         return *load_policy(cfg, log), None
-    run = RunDir(Path(cfg.eval.run))
-    ckpt = run.latest_checkpoint()
-    if ckpt is None:
-        raise GspoError(f"run {run.path} has no checkpoint yet")
     if fsdp.is_sharded_checkpoint(ckpt) and not (ckpt / "model.safetensors").exists():
         raise GspoError(f"{ckpt} holds FSDP shards only: gspo export-hf {ckpt} <folder>, then "
                         "gspo eval model=hf model.name=<folder>")
+    step = int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
+    log(f"evaluating {ckpt} (step {step})")
     model, tokenizer = load_policy(cfg, log, path=str(ckpt), merge=True)  # a LoRA adapter folded into the base
-    return model, tokenizer, int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
+    return model, tokenizer, step
 
 
 def _stamp(model: str) -> str:

@@ -39,7 +39,7 @@ from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import Rollout, concat_rollouts
-from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
+from gspo.trainer.rundir import SET_ASIDE, RunDir, checkpoint_step, default_run_id, missing_steps, read_jsonl
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
 from gspo.trainer.task_types import Item, Task, prompt_text
@@ -79,10 +79,8 @@ def train(cfg, log=print) -> Path:
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
     device, precision_name, world = compute
-    ckpt = run.latest_checkpoint(log, set_aside=True) if cfg.resume and world.main else None
+    ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
-    if cfg.resume:
-        log(f"resume: from {ckpt.name}" if ckpt else f"resume: {run.path} has no intact checkpoint, starting at step 0")
     sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/fsdp.py; fsdp.check has made sure there are ranks
     if ckpt and fsdp.is_sharded_checkpoint(ckpt) != sharded:
         raise GspoError(f"resume: {ckpt.name} was saved with train.fsdp={not sharded}; resume with the same setting")
@@ -104,9 +102,14 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
-    run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
+    aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
+    if aside:
+        log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
+            f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
+            "those steps again as it redoes them")
     run.write_config(config_to_yaml(cfg))
-    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}))
+    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
+                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -162,10 +165,42 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     finally:
         signal.signal(signal.SIGTERM, previous)
         status, error, extra = distributed.final_status(run, status, error, world)
-        run.set_status(status, **({"error": error} if error else {}), **extra)
+        try:
+            run.set_status(status, **({"error": error} if error else {}), **extra)
+        except OSError as e:  # the disk that failed the run fails this write too: readers show it as dead
+            log(f"could not record status {status} in {run.path / 'run.json'}: {e.strerror}")
         if loggers is not None:
             loggers.close(0 if status == "finished" else 1)
     return run.path
+
+
+def _resume_point(run: RunDir, log) -> tuple[Path | None, list[int]]:
+    """The checkpoint a resume starts from, and the steps whose metrics rows stay missing. The newest intact
+    checkpoint, unless a step it covers has no readable row (torn by a kill, damaged): then the newest intact
+    checkpoint before that step, so the run redoes the step and logs its row again (the newer checkpoints are
+    set aside as superseded-step_N). When no kept checkpoint is that old, the missing rows are said and
+    recorded in run.json (unreadable_steps), and the run goes on from the newest."""
+    ckpt = run.latest_checkpoint(log, set_aside=True)
+    if ckpt is None:
+        log(f"resume: {run.path} has no intact checkpoint, starting at step 0")
+        return None, []
+    missing = missing_steps(read_jsonl(run.path / "metrics.jsonl"), checkpoint_step(ckpt))
+    if missing:
+        earlier = run.latest_checkpoint(log, set_aside=True, before=missing[0])
+        if earlier is not None:
+            superseded = run.set_aside_checkpoints(after=checkpoint_step(earlier))
+            log(f"resume: metrics.jsonl has no readable row for step(s) {_steps_text(missing)}; rebuilding them from "
+                f"{earlier.name} ({', '.join(superseded)} set aside as superseded-*)")
+            return earlier, []
+        log(f"resume: metrics.jsonl has no readable row for step(s) {_steps_text(missing)} and no kept checkpoint "
+            f"precedes them: they stay missing (run.json unreadable_steps); resuming from {ckpt.name}")
+        return ckpt, missing
+    log(f"resume: from {ckpt.name}")
+    return ckpt, []
+
+
+def _steps_text(steps: list[int]) -> str:
+    return ", ".join(map(str, steps[:10])) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
 
 
 def _collapse_detector(cfg, task: Task, run: RunDir) -> CollapseDetector:

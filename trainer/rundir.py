@@ -11,7 +11,15 @@
 
 Whole files are written to a temporary sibling and renamed into place (atomic on POSIX). JSONL rows are
 appended with one write per complete line and flushed; readers skip a torn final line, and a resumed
-run first cuts the logs back to its checkpoint so no step appears twice.
+run first cuts the logs back to its checkpoint so no step appears twice. Nothing cut is lost: the rows
+after the restart point (and any torn or unreadable line) are first appended to set-aside/<log>, so a
+resume that finds no usable checkpoint, and is then interrupted, still leaves the history it found.
+Every file is created readable by the group as the umask allows (as the logs always were), so a
+teammate can read a shared run.
+
+run.json records the writer's host and pid; a reader that finds `running` on this host with no such
+process shows the run as `dead` (SIGKILLed, or its last write failed); an unreadable run.json is
+reported as such and rebuilt by the run's next writer.
 
 One writer per run: the process that writes a run holds an exclusive `flock` on its folder for its whole
 life, so a second `gspo train` with the same run_id, or a resume of a run that is still going, is refused.
@@ -21,6 +29,7 @@ match its complete.json.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -39,12 +48,22 @@ from gspo.conf.errors import GspoError
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "eval_samples.jsonl")
 MANIFEST = "complete.json"  # written last into a checkpoint: without it (or with a mismatch) it is not intact
+SET_ASIDE = "set-aside"  # <run>/set-aside/<log>: rows a resume cut from <log>, appended, never rewritten
+STATUS_UNREADABLE = "unreadable"  # what a reader shows for a run.json it cannot parse
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600: readable by the group like the logs
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -57,15 +76,63 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def read_jsonl(path: Path) -> list[dict]:
     """Rows of a JSONL log; a torn last line (a run killed mid-write) is skipped, not an error."""
+    return read_jsonl_lines(path)[0]
+
+
+def read_jsonl_lines(path: Path) -> tuple[list[dict], list[str]]:
+    """(rows, unreadable lines) of a JSONL log: a line that is not a whole JSON object (torn by a kill,
+    damaged by hand) is returned apart, never silently lost."""
     if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
+        return [], []
+    rows, bad = [], []
+    for line in path.read_text(errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            continue
-    return rows
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif line.strip():
+            bad.append(line)
+    return rows, bad
+
+
+def missing_steps(rows: list[dict], last_step: int) -> list[int]:
+    """Steps 0..last_step with no metrics row (each step logs exactly one)."""
+    have = {r.get("step") for r in rows}
+    return [s for s in range(last_step + 1) if s not in have]
+
+
+def read_status(path: Path) -> dict:
+    """run.json of the run at `path` as a reader sees it: {} when absent; status `unreadable` (with the
+    parse error) when it is not JSON; `dead` when it says running on this host and its pid is gone."""
+    f = path / "run.json"
+    if not f.exists():
+        return {}
+    try:
+        info = json.loads(f.read_text())
+        if not isinstance(info, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, OSError) as e:
+        return {"status": STATUS_UNREADABLE, "error": f"run.json is unreadable ({str(e).splitlines()[0]})"}
+    if info.get("status") == "running" and not writer_alive(info):
+        info = {**info, "status": "dead", "recorded_status": "running"}
+    return info
+
+
+def writer_alive(info: dict) -> bool:
+    """Whether the process run.json names may still be writing: True unless it ran on this host and no
+    process with its pid exists now (another host's process cannot be checked from here)."""
+    pid = info.get("pid")
+    if not isinstance(pid, int) or info.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_run_id(algo: str, seed: int) -> str:
@@ -86,9 +153,13 @@ class RunDir:
         clears temporary files a killed writer left); a new run creates nothing until its first write, so
         a run that fails before it starts (a bad model path) leaves no empty run."""
         path = Path(output_dir) / run_id
-        exists = (path / "run.json").exists()
+        # a run killed between config.yaml and its first run.json is a run: it resumes (from step 0)
+        exists = (path / "run.json").exists() or (path / "config.yaml").is_file()
         if resume and not exists:
             raise GspoError(f"resume=true but there is no run at {path}")
+        if resume and not os.access(path, os.W_OK | os.X_OK):  # before the model loads, not at the first write
+            raise GspoError(f"run {path} is not writable (read-only or another user's): a resume writes into it; "
+                            "copy it somewhere writable and resume the copy")
         if not resume and path.exists() and any(path.iterdir()):
             raise GspoError(f"run directory {path} already exists: pass resume=true or another run_id")
         run = cls(path)
@@ -142,13 +213,17 @@ class RunDir:
         atomic_write_text(self.path / "config.yaml", yaml_text)
 
     def status(self) -> dict:
-        f = self.path / "run.json"
-        return json.loads(f.read_text()) if f.exists() else {}
+        """run.json as written ({} when absent or unreadable: the next set_status rebuilds it whole)."""
+        info = read_status(self.path)
+        if not info or info.get("status") == STATUS_UNREADABLE:
+            return {}
+        recorded = info.pop("recorded_status", info["status"])  # what the file says, not a reader's "dead"
+        return {**info, "status": recorded}
 
     def set_status(self, status: str, **fields) -> None:
         self._claim()
         info = self.status() or self._new_info()
-        info.update(fields, status=status, updated=_now())
+        info.update(fields, status=status, updated=_now(), pid=os.getpid(), host=socket.gethostname())
         if status in ("finished", "failed", "interrupted"):
             info["ended"] = _now()
             info["wall_s"] = round(time.time() - info.get("started_unix", time.time()), 1)
@@ -178,14 +253,29 @@ class RunDir:
         atomic_write_text(self.path / name, json.dumps(data, indent=2, default=str) + "\n")
         return self.path / name
 
-    def truncate_logs(self, last_step: int) -> None:
-        """Drop rows after `last_step` (and torn lines) so a resumed run never logs a step twice; -1 drops all."""
+    def truncate_logs(self, last_step: int) -> dict[str, int]:
+        """Cut rows after `last_step` (and torn lines) so a resumed run never logs a step twice; -1 cuts all.
+        What is cut is appended to set-aside/<log> (synced) before the log is rewritten, so an interrupted
+        restart loses nothing. Returns the number of lines set aside per log."""
         self._claim()  # a writer that lost the race for a new run must not rewrite the winner's logs
+        aside = {}
         for name in LOGS:
             f = self.path / name
-            if f.exists():
-                keep = [r for r in read_jsonl(f) if r.get("step", 0) <= last_step]
-                atomic_write_text(f, "".join(json.dumps(r) + "\n" for r in keep))
+            if not f.exists():
+                continue
+            rows, bad = read_jsonl_lines(f)
+            keep = [r for r in rows if _step(r) <= last_step]
+            cut = [json.dumps(r) for r in rows if _step(r) > last_step] + bad
+            if not cut:
+                continue
+            (self.path / SET_ASIDE).mkdir(exist_ok=True)
+            with open(self.path / SET_ASIDE / name, "a") as out:
+                out.write("".join(line + "\n" for line in cut))
+                out.flush()
+                os.fsync(out.fileno())
+            atomic_write_text(f, "".join(json.dumps(r) + "\n" for r in keep))
+            aside[name] = len(cut)
+        return aside
 
     # --- checkpoints ---
     def save_checkpoint(self, step: int, write, *, keep: int = 0) -> Path:
@@ -197,7 +287,15 @@ class RunDir:
         final = self.checkpoints / f"step_{step:06d}"
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.checkpoints))
         try:
-            write(tmp)
+            tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it 0700: readable by the group like the logs
+            try:
+                write(tmp)
+            except RuntimeError as e:  # torch's writer says "unexpected pos ..." when the disk fills up
+                if shutil.disk_usage(self.checkpoints).free < _FULL_BYTES:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from e
+                raise
+            for f in tmp.rglob("*"):  # some writers (safetensors) make their files 0600
+                f.chmod((0o777 if f.is_dir() else 0o666) & ~_umask())
             _write_manifest(tmp, step)
             if final.exists():  # this step saved again (a finished run resumed with the same steps)
                 os.replace(final, tmp.with_name(tmp.name + "-old"))
@@ -206,18 +304,24 @@ class RunDir:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(tmp.with_name(tmp.name + "-old"), ignore_errors=True)
         atomic_write_text(self.checkpoints / "latest", final.name + "\n")
-        complete = [p for p in self._step_folders() if (p / MANIFEST).exists()]
+        for old in self.checkpoints.glob("superseded-step_*"):  # set aside by a rebuild that has now redone them
+            if checkpoint_step(old) <= step:
+                shutil.rmtree(old, ignore_errors=True)
+        complete = [p for p in self.step_folders() if (p / MANIFEST).exists()]
         if keep > 0 and len(complete) > keep:
-            for old in self._step_folders():
+            for old in self.step_folders():
                 if old.name < complete[-keep].name:
                     shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def latest_checkpoint(self, log=None, *, set_aside: bool = False) -> Path | None:
+    def latest_checkpoint(self, log=None, *, set_aside: bool = False, before: int | None = None) -> Path | None:
         """The newest intact checkpoint, found by scanning (never by trusting `latest`); each newer one
         that is damaged or incomplete is reported through `log` and passed over, and with `set_aside`
-        (the run's writer, resuming) renamed to damaged-step_NNNNNN so no later prune counts it."""
-        for folder in reversed(self._step_folders()):
+        (the run's writer, resuming) renamed to damaged-step_NNNNNN so no later prune counts it.
+        `before`: only checkpoints of a smaller step (a resume that must rebuild a step's missing row)."""
+        for folder in reversed(self.step_folders()):
+            if before is not None and checkpoint_step(folder) >= before:
+                continue
             problem = checkpoint_problem(folder)
             if problem is None:
                 return folder
@@ -228,8 +332,33 @@ class RunDir:
                 os.replace(folder, folder.with_name(f"damaged-{folder.name}"))
         return None
 
-    def _step_folders(self) -> list[Path]:
+    def step_folders(self) -> list[Path]:
         return sorted(p for p in self.checkpoints.glob("step_*") if p.is_dir())
+
+    def set_aside_checkpoints(self, after: int) -> list[str]:
+        """Rename the step folders of a step after `after` to superseded-step_NNNNNN (a resume rebuilding
+        from an earlier checkpoint retrains those steps; no prune may count the old ones meanwhile); each
+        is deleted once the run has saved a checkpoint at its step or later."""
+        moved = []
+        for folder in self.step_folders():
+            if checkpoint_step(folder) > after:
+                target = folder.with_name(f"superseded-{folder.name}")
+                shutil.rmtree(target, ignore_errors=True)
+                os.replace(folder, target)
+                moved.append(folder.name)
+        return moved
+
+
+_FULL_BYTES = 1 << 20  # less free space than this after a failed checkpoint write: the disk is full
+
+
+def checkpoint_step(folder: Path) -> int:
+    return int(folder.name.rsplit("_", 1)[1])
+
+
+def _step(row: dict) -> int:
+    step = row.get("step", 0)
+    return step if isinstance(step, int) else 0
 
 
 def _write_manifest(folder: Path, step: int) -> None:

@@ -54,10 +54,13 @@ def _math_task(cfg) -> Task:
 
 
 def _math_item(cfg, row: dict, number: int) -> Item:
-    missing = [f for f in (cfg.question_field, cfg.answer_field) if f not in row or row[f] is None]
+    missing = [f for f in (cfg.question_field, cfg.answer_field) if f not in row]
     if missing:
         raise GspoError(f"task.dataset row {number} has no field {missing[0]!r} (fields: {', '.join(row)}); "
                         f"set task.question_field / task.answer_field")
+    empty = [f for f in (cfg.question_field, cfg.answer_field) if row[f] is None]
+    if empty:
+        raise GspoError(f"task.dataset row {number}: field {empty[0]!r} is null; give it a value or drop the row")
     return Item(cfg.prompt_template.format(question=row[cfg.question_field]), str(row[cfg.answer_field]))
 
 

@@ -2,22 +2,28 @@
 
 A path may be a run directory (it has config.yaml) or a sweep directory (it lists its runs in
 runs/<job>.json, written by each job as it starts and again as it ends). A run still going, failed or killed is read as it
-is: its metrics up to the last whole row and its status as run.json says (a run killed with SIGKILL
-still says "running"; the report shows that with its last step).
+is: its metrics up to the last whole row and its status as run.json says, except that a run whose
+run.json says "running" on this host while no process has its pid (SIGKILLed) reads as "dead", and an
+unreadable run.json as "unreadable".
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.errors import GspoError
+from gspo.trainer.rundir import read_jsonl_lines, read_status
 
-SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended"} of that job
+_STEP = re.compile(r'\{"step": (\d+)')  # how every metrics row begins (Loggers.metrics)
+SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended", "attempts"} of that job
+SWEEP_PLAN = "sweep.json"  # <sweep dir>/sweep.json: {"overrides", "params", "stamp", "jobs"}: what the sweep runs
 
 
 @dataclass
@@ -27,6 +33,7 @@ class Run:
     status: dict  # run.json
     metrics: pd.DataFrame  # one row per step, indexed by position, column "step" included
     torn_lines: int  # lines of metrics.jsonl that are not whole JSON rows (a run killed mid-write)
+    torn_steps: tuple[int, ...] = ()  # the steps those lines begin to name, where they name one
 
     @property
     def run_id(self) -> str:
@@ -49,27 +56,34 @@ def flatten(node, prefix: str = "") -> dict:
     return out
 
 
-def _metrics(path: Path) -> tuple[pd.DataFrame, int]:
-    rows, torn = [], 0
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                torn += 1
+def _metrics(path: Path) -> tuple[pd.DataFrame, list[str]]:
+    rows, bad = read_jsonl_lines(path)
     frame = pd.DataFrame(rows)
     if "step" not in frame:
         frame["step"] = pd.Series(dtype=int)
-    return frame.sort_values("step").reset_index(drop=True), torn
+    return frame.sort_values("step").reset_index(drop=True), bad
 
 
 def load_run(path: Path) -> Run:
     config = path / "config.yaml"
     if not config.is_file():
         raise GspoError(f"not a run or sweep directory (no config.yaml, no {SWEEP_RUNS}/): {path}")
-    status = json.loads((path / "run.json").read_text()) if (path / "run.json").exists() else {}
-    metrics, torn = _metrics(path / "metrics.jsonl")
-    return Run(path, flatten(OmegaConf.to_container(OmegaConf.load(config), resolve=True)), status, metrics, torn)
+    status = read_status(path)  # an unreadable run.json reads as status "unreadable"; a vanished writer as "dead"
+    metrics, bad = _metrics(path / "metrics.jsonl")
+    torn_steps = tuple(int(m.group(1)) for line in bad if (m := _STEP.match(line)))
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(config), resolve=True)
+    except (OmegaConfBaseException, ValueError, OSError) as e:
+        raise GspoError(f"cannot read {config}: {str(e).splitlines()[0]}") from None
+    return Run(path, flatten(saved), status, metrics, len(bad), torn_steps)
+
+
+def unread_steps(run: Run) -> list[int]:
+    """Steps up to the run's last logged one that have no readable metrics row (a torn or damaged line),
+    with those a resume could not rebuild (run.json unreadable_steps)."""
+    have = set(run.metrics["step"].dropna().astype(int)) if len(run.metrics) else set()
+    gaps = [s for s in range(run.last_step + 1) if s not in have] if have else []
+    return sorted(set(gaps) | set(run.torn_steps) - have | set(run.status.get("unreadable_steps") or []))
 
 
 def sweep_jobs(path: Path) -> list[dict]:
@@ -84,6 +98,35 @@ def sweep_jobs(path: Path) -> list[dict]:
     return jobs
 
 
+def sweep_job(path: Path, num: int) -> dict | None:
+    """The record of job `num` of the sweep at `path` (None: not started, or torn)."""
+    try:
+        return json.loads((path / SWEEP_RUNS / f"{num}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sweep_notes(path: Path) -> list[str]:
+    """What a report must say about a sweep's jobs: the planned ones that never ran (sweep.json's plan,
+    no record) and those whose run died (SIGKILLed), failed, was interrupted or is still going."""
+    try:
+        planned = json.loads((path / SWEEP_PLAN).read_text()).get("jobs")
+    except (OSError, ValueError):
+        planned = None
+    notes = []
+    for num, said in enumerate(planned or []):
+        if sweep_job(path, num) is None:
+            notes.append(f"{path}: job {num} ({said or 'no swept keys'}) never ran: rerun the sweep with the same "
+                         f"overrides and hydra.sweep.dir={path} to run it")
+    for job in sweep_jobs(path):
+        run = Path(job["run_dir"])
+        state = read_status(run).get("status") if (run / "config.yaml").is_file() else None
+        if state not in (None, "finished"):
+            how = {"dead": "died (its process is gone; SIGKILL or a crash)", "running": "is still running"}.get(state, state)
+            notes.append(f"{path}: job {job.get('overrides') or run.name} {how}: its run stops at its last logged step")
+    return notes
+
+
 def sweep_runs(path: Path) -> list[Path]:
     """The run directories a sweep recorded, in job order."""
     return [Path(job["run_dir"]) for job in sweep_jobs(path)]
@@ -95,10 +138,15 @@ def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
     if not paths:
         raise GspoError("no runs given: pass run directories or sweep directories (results/sweeps/<stamp>)")
     found: list[tuple[Path, bool]] = []
+    sweep_said: list[str] = []
     for p in map(Path, paths):
         if not p.exists():
             raise GspoError(f"no such run or sweep directory: {p}")
-        found.extend([(r, True) for r in sweep_runs(p)] if (p / SWEEP_RUNS).is_dir() else [(p, False)])
+        if (p / SWEEP_RUNS).is_dir() or (p / SWEEP_PLAN).is_file():
+            found.extend((r, True) for r in sweep_runs(p))
+            sweep_said.extend(sweep_notes(p))
+        else:
+            found.append((p, False))
     runs, notes, seen = [], [], set()
     for p, from_sweep in found:
         if p.resolve() in seen:
@@ -109,5 +157,5 @@ def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
             continue
         runs.append(load_run(p))
     if not runs:
-        raise GspoError(f"no runs found in {', '.join(map(str, paths))}")
-    return runs, notes
+        raise GspoError(f"no runs found in {', '.join(map(str, paths))}" + (f" ({sweep_said[0]})" if sweep_said else ""))
+    return runs, sweep_said + notes

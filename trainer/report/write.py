@@ -15,10 +15,11 @@ import pandas as pd
 from gspo.trainer.report.arms import Arm, group_arms, label_keys, shared_config
 from gspo.trainer.report.page import Block, fmt, to_html, to_markdown
 from gspo.trainer.report.plots import write_plots
-from gspo.trainer.report.runs import Run, load_runs
+from gspo.trainer.report.runs import Run, load_runs, unread_steps
 from gspo.trainer.report.stats import Interval, excludes_zero
 from gspo.trainer.report.tables import Headline, arm_table, diff_table, headlines, status_table, summary_frame
 from gspo.trainer.report.tracker import log_report, report_wandb_mode
+from gspo.trainer.rundir import STATUS_UNREADABLE
 
 
 @dataclass
@@ -119,6 +120,9 @@ def _summary_sentence(arms: list[Arm], findings: list[tuple[bool, str]]) -> str:
 def _notes(runs: list[Run], notes: list[str]) -> list[str]:
     torn = [f"{r.run_id}: metrics.jsonl has {r.torn_lines} line(s) that are not whole rows (a run killed mid-write); "
             f"the report uses its {len(r.metrics)} whole rows" for r in runs if r.torn_lines]
+    torn += [f"{r.run_id}: no readable metrics row for step(s) {', '.join(map(str, steps))}: its values there are "
+             "missing from the tables and plots" for r in runs if (steps := unread_steps(r))]
+    torn += [f"{r.run_id}: {r.status['error']}" for r in runs if r.status.get("status") == STATUS_UNREADABLE]
     unfinished = [r for r in runs if r.status.get("status") != "finished"]
     if unfinished:
         torn.append(f"{len(unfinished)} run(s) not finished: their final values are from their last step "
