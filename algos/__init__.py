@@ -1,4 +1,5 @@
-"""Policy losses for GRPO, GSPO and GSPO-token, and group-relative advantages: pure tensor math.
+"""Policy losses of the GRPO family (GRPO, DAPO, Dr. GRPO, GSPO, GSPO-token, GMPO, CISPO, SAPO) and
+group-relative advantages: pure tensor math.
 
     from gspo.algos import policy_loss, group_advantages
     adv = group_advantages(rewards, group_size=G)                       # [N]
@@ -14,7 +15,7 @@ option raises TypeError. Metrics are detached 0-dim tensors named as in DESIGN.m
 This package imports nothing else of gspo's.
 """
 
-from . import grpo, gspo, gspo_token  # noqa: F401  (each module registers its algorithm)
+from . import cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo  # noqa: F401  (each module registers its algorithm)
 from .advantages import (
     ESTIMATORS,
     estimate,

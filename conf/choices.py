@@ -39,9 +39,13 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 def choice_error(key: str, value: object, valid: tuple[str, ...] | list[str]) -> GspoError:
     """`key=value` is not one of `valid`: one line with the valid values and the nearest one, if close."""
+    return GspoError(f"{key}={value!r}: use one of {', '.join(valid)}{near_hint(value, valid)}")
+
+
+def near_hint(value: object, valid: tuple[str, ...] | list[str]) -> str:
+    """" (did you mean X?)" for the closest of `valid` to a near miss, else ""."""
     near = difflib.get_close_matches(str(value), list(valid), n=1, cutoff=0.6)
-    hint = f" (did you mean {near[0]}?)" if near else ""
-    return GspoError(f"{key}={value!r}: use one of {', '.join(valid)}{hint}")
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def check_choice(key: str, value: object, valid: tuple[str, ...] | list[str]) -> None:

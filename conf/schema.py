@@ -16,10 +16,10 @@ from omegaconf import MISSING
 
 @dataclass
 class AlgoConfig:
-    name: str = MISSING  # a name registered in gspo.algos (and declared by an algo/ preset): grpo, gspo, gspo_token
-    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over
+    name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
+    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only)
     clip_high: float = MISSING  # ratio may rise to 1 + clip_high
-    options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options (its preset lists them; grpo: aggregation)
+    options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     advantage: str = "group"  # estimator: group (one value per sequence) or step (per scratchpad step, per token; gspo_token)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing

@@ -11,7 +11,8 @@ import torch
 from gspo.algos import ALGOS, REDUCTIONS, available, get, option_names, policy_loss, register
 
 F64 = torch.float64
-OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": ()}  # each algorithm's own (algo.options)
+OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
+           "cispo": ("aggregation",), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": ()}  # algo.options
 METRICS = {
     "clip/token_frac", "clip/seq_frac", "clip/low_frac", "clip/high_frac", "clip/ratio_out_of_band_frac",
     "ratio/token_mean", "ratio/token_min", "ratio/token_max", "ratio/seq_mean", "ratio/seq_min",
@@ -26,7 +27,7 @@ def inputs(n=2, t=3):
 
 
 def test_registered_names():
-    assert available() == ("grpo", "gspo", "gspo_token")
+    assert available() == ("cispo", "dapo", "dr_grpo", "gmpo", "grpo", "gspo", "gspo_token", "sapo")
     assert set(ALGOS) == set(available())
     for name in available():
         assert option_names(name) == OPTIONS[name]
@@ -52,7 +53,7 @@ def test_the_config_vocabulary_is_the_registries():
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(ValueError, match="'ppo'.*grpo, gspo, gspo_token"):
+    with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo"):
         policy_loss("ppo", **inputs())
 
 
@@ -66,7 +67,7 @@ def test_unknown_aggregation_raises():
         policy_loss("grpo", **inputs(), aggregation="token_sum")
 
 
-@pytest.mark.parametrize("name", ["gspo", "gspo_token"])
+@pytest.mark.parametrize("name", ["gspo", "gspo_token", "gmpo"])
 def test_gspo_has_no_aggregation_to_ignore(name):
     # GSPO weights each sequence once: an aggregation would be silently ignored, so it is no option
     with pytest.raises(TypeError, match="'aggregation'.*known: none"):
@@ -105,7 +106,7 @@ def test_a_registered_function_is_reachable_with_its_own_options():
         del ALGOS["test_constant"]
 
 
-@pytest.mark.parametrize("name", ["grpo", "gspo", "gspo_token"])
+@pytest.mark.parametrize("name", available())
 def test_metric_names_are_the_interface(name):
     _, metrics = policy_loss(name, **inputs())
     assert set(metrics) == METRICS
@@ -114,13 +115,13 @@ def test_metric_names_are_the_interface(name):
     assert all(v.dim() == 0 and not v.requires_grad for v in metrics.values())
 
 
-@pytest.mark.parametrize("name", ["grpo", "gspo", "gspo_token"])
+@pytest.mark.parametrize("name", available())
 @pytest.mark.parametrize("change, match", [
     ({"old_logp": torch.zeros((2, 4), dtype=F64)}, "old_logp"),
     ({"mask": torch.ones((3, 3), dtype=F64)}, "mask"),
     ({"advantages": torch.ones(3, dtype=F64)}, "advantages"),
     ({"logp": torch.zeros(6, dtype=F64)}, "logp"),
-    ({"clip_low": 1.0}, "clip_low"),
+    ({"clip_low": 1.01}, "clip_low"),  # 1.0 too, except for CISPO (tests/test_algos_family.py)
     ({"clip_high": -0.1}, "clip_high"),
     ({"kl_beta": 0.1}, "ref_logp"),
     ({"kl_beta": -0.1, "ref_logp": torch.zeros((2, 3), dtype=F64)}, "kl_beta"),
@@ -133,7 +134,7 @@ def test_bad_inputs_raise(name, change, match):
 def test_per_token_advantages_only_for_gspo_token():
     per_token = {**inputs(), "advantages": torch.ones((2, 3), dtype=F64)}
     policy_loss("gspo_token", **per_token)
-    for name in ("grpo", "gspo"):
+    for name in (n for n in available() if n != "gspo_token"):
         with pytest.raises(ValueError, match="advantages"):
             policy_loss(name, **per_token)
 

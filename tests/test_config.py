@@ -5,7 +5,9 @@ round trip through config.yaml. The sweep presets parse and name real options.""
 from __future__ import annotations
 
 import itertools
+import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -84,8 +86,25 @@ def test_every_combination_of_options_composes():
 
 
 def test_algo_presets_carry_the_paper_clip_ranges():
-    got = {o: (_preset("algo", o)["clip_low"], _preset("algo", o)["clip_high"]) for o in ("grpo", "gspo", "gspo_token")}
-    assert got == {"grpo": (0.2, 0.27), "gspo": (3e-4, 4e-4), "gspo_token": (3e-4, 4e-4)}
+    names = ("grpo", "gspo", "gspo_token", "dapo", "gmpo", "cispo")
+    got = {o: (_preset("algo", o)["clip_low"], _preset("algo", o)["clip_high"]) for o in names}
+    assert got == {"grpo": (0.2, 0.27), "gspo": (3e-4, 4e-4), "gspo_token": (3e-4, 4e-4), "dapo": (0.2, 0.28),
+                   "gmpo": (0.4, 0.4), "cispo": (1.0, 5.0)}
+
+
+def test_family_presets_carry_their_papers_settings():
+    dapo, dr_grpo, sapo = (_preset("algo", o) for o in ("dapo", "dr_grpo", "sapo"))
+    assert dapo["options"] == {"aggregation": "token_mean"}
+    assert (dr_grpo["adv_scale"], dr_grpo["options"]) == ("none", {"aggregation": "seq_mean_token_sum_norm"})
+    assert (sapo["options"]["tau_pos"], sapo["options"]["tau_neg"]) == (1.0, 1.05)
+
+
+def test_readme_lists_every_algorithm_preset():
+    # The README's `algo=` row is the list users read first: it names exactly the presets (whose names the
+    # registry is held to in tests/test_algos_registry.py).
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `algo=` |"))
+    assert re.findall(r"`([a-z_]+)`", row.split("|")[2]) == _options("algo")
 
 
 SWEEPS = sorted(p.name for p in ROOT.joinpath("sweep").iterdir() if p.name.endswith(".yaml"))

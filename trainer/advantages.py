@@ -31,6 +31,9 @@ def check_algorithm(algo, task: Task) -> None:
         spec.make_options(dict(algo.options))
     except (TypeError, ValueError) as e:
         raise GspoError(f"algo.options: {e}") from None
+    if algo.clip_low >= 1 and not spec.no_lower_bound:
+        raise GspoError(f"algo.clip_low={algo.clip_low}: {algo.name} needs clip_low < 1 (only a weight's clip, as "
+                        "cispo's, may drop its lower bound)")
     if estimator.per_token and not spec.token_advantages:
         raise GspoError(f"algo.advantage={algo.advantage} gives per-token advantages, which {algo.name} does not take: "
                         "use algo=gspo_token_step (GSPO-token)")
