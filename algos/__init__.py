@@ -18,6 +18,7 @@ This package imports nothing else of gspo's.
 from . import cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo  # noqa: F401  (each module registers its algorithm)
 from .advantages import (
     ESTIMATORS,
+    constant_groups,
     estimate,
     frac_zero_std_groups,
     get_estimator,
@@ -27,6 +28,7 @@ from .advantages import (
 from .common import AGGREGATIONS, MAX_LOG_RATIO, STANDARD_METRICS
 from .diagnostics import mismatch_metrics, ratio_diagnostics
 from .registry import ALGOS, REDUCTIONS, Algorithm, available, get, option_names, policy_loss, register
+from .shaping import overlong_penalty
 
 __all__ = [
     "AGGREGATIONS",
@@ -37,6 +39,7 @@ __all__ = [
     "STANDARD_METRICS",
     "Algorithm",
     "available",
+    "constant_groups",
     "estimate",
     "frac_zero_std_groups",
     "get",
@@ -44,6 +47,7 @@ __all__ = [
     "group_advantages",
     "mismatch_metrics",
     "option_names",
+    "overlong_penalty",
     "policy_loss",
     "ratio_diagnostics",
     "register",

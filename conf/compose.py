@@ -79,7 +79,9 @@ def _algorithm_names(sources=None) -> list[str]:
         group = root / "algo"
         if group.is_dir():
             presets = [OmegaConf.create(f.read_text()) for f in group.iterdir() if f.name.endswith(".yaml")]
-            names += [str(p.name) for p in presets if p.get("name")]  # one building on another names none
+            # a preset in the global package (algo/dapo.yaml) names it under algo:; one building on another names none
+            presets = [p.algo if "algo" in p and "name" not in p else p for p in presets]
+            names += [str(p.name) for p in presets if p.get("name")]
     return names
 
 

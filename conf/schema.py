@@ -109,6 +109,9 @@ class RolloutConfig:
     tensor_parallel_size: int = 1  # vllm: GPUs one model is split over
     vllm_dtype: str = "auto"  # vllm: its weights' dtype (auto: the model's)
     vllm_sleep: bool = True  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync
+    dynamic_sampling: bool = False  # DAPO (sec. 3.2), any algorithm: drop groups whose rewards are all equal (no signal) and draw more prompts until train.prompts_per_step groups are kept or max_draws rounds are spent; one process only
+    max_draws: int = 3  # dynamic sampling's budget: rounds of train.prompts_per_step prompts one step may draw (verl's max_num_gen_batches); a batch still short is completed with dropped groups
+    overlong_buffer: float = 0.0  # DAPO's soft overlong punishment (sec. 3.4), any algorithm: over the last this share of max_new_tokens the reward falls linearly by up to 1 (DAPO: 4096/20480 = 0.2); 0: off
 
 
 @dataclass

@@ -27,11 +27,17 @@ def _options(group: str) -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in ROOT.joinpath(group).iterdir() if p.name.endswith(".yaml"))
 
 
+def _is_global(group: str, option: str) -> bool:
+    return ROOT.joinpath(group, f"{option}.yaml").read_text().startswith("# @package _global_")
+
+
 def _preset(group: str, option: str) -> dict:
-    """What <group>/<option>.yaml sets, with the presets its defaults list names merged in first."""
+    """What <group>/<option>.yaml sets to its group's node, with the presets its defaults list names merged in
+    first (a preset in the global package: its `group:` node)."""
     node = OmegaConf.load(str(ROOT.joinpath(group, f"{option}.yaml")))
     bases = [_preset(group, d) for d in node.pop("defaults", []) if d != "_self_"]
-    return OmegaConf.to_container(OmegaConf.merge(*bases, node))
+    own = node[group] if _is_global(group, option) else node
+    return OmegaConf.to_container(OmegaConf.merge(*bases, own))
 
 
 def _assert_preset_applied(cfg, group: str, option: str) -> None:
@@ -45,6 +51,11 @@ def _assert_preset_applied(cfg, group: str, option: str) -> None:
                 assert node[key] == value, f"{group}={option}: {path}{key}"
 
     check(cfg[group], _preset(group, option), "")
+    if _is_global(group, option):  # its other nodes too
+        node = OmegaConf.to_container(OmegaConf.load(str(ROOT.joinpath(group, f"{option}.yaml"))))
+        for other, values in node.items():
+            if other != group:
+                check(cfg[other], values, f"{other}.")
 
 
 ALL = [(g, o) for g in GROUPS for o in _options(g)]
@@ -95,6 +106,8 @@ def test_algo_presets_carry_the_paper_clip_ranges():
 def test_family_presets_carry_their_papers_settings():
     dapo, dr_grpo, sapo = (_preset("algo", o) for o in ("dapo", "dr_grpo", "sapo"))
     assert dapo["options"] == {"aggregation": "token_mean"}
+    cfg = compose_config(["algo=dapo"])  # DAPO's rollout options, set by its preset
+    assert (cfg.rollout.dynamic_sampling, cfg.rollout.max_draws, cfg.rollout.overlong_buffer) == (True, 3, 0.2)
     assert (dr_grpo["adv_scale"], dr_grpo["options"]) == ("none", {"aggregation": "seq_mean_token_sum_norm"})
     assert (sapo["options"]["tau_pos"], sapo["options"]["tau_neg"]) == (1.0, 1.05)
 

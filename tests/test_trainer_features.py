@@ -198,6 +198,13 @@ def test_each_family_member_trains_through_gspo_train(gspo, tmp_path, monkeypatc
         for row in rows:
             missing = [k for k in STANDARD_METRICS if k != "policy/kl_ref" and not math.isfinite(row.get(k, math.nan))]
             assert not missing, (name, missing)
+            # DAPO's preset turns on its rollout options: B = 2 groups kept or refilled, the penalty logged
+            dapo = {"sampling/groups_kept", "sampling/groups_refilled", "reward/overlong_penalty"}
+            if name == "dapo":
+                assert row["sampling/groups_kept"] + row["sampling/groups_refilled"] == 2.0
+                assert row["sampling/groups_drawn"] == 2.0 * row["sampling/draws"] and row["reward/overlong_penalty"] <= 0
+            else:
+                assert not dapo & set(row), name
     seen = {c[0]: c[1:] for c in calls}
     assert seen == {"dapo": (0.2, 0.28, "token_mean", None), "dr_grpo": (0.2, 0.27, "seq_mean_token_sum_norm", None),
                     "cispo": (1.0, 5.0, "token_mean", None), "sapo": (0.2, 0.28, "seq_mean_token_mean", 1.05),

@@ -38,11 +38,12 @@ from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
-from gspo.trainer.rollout import Rollout, concat_rollouts
+from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
+from gspo.trainer.sampling import Sampled, format_prompts, sample_batch
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
-from gspo.trainer.task_types import Item, Task, prompt_text
+from gspo.trainer.task_types import Task
 from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, old_logprobs, to_host, update
 
@@ -207,13 +208,6 @@ def _reference(cfg, model, log, *, resumed: bool, shard=None):
     return ref
 
 
-def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:
-    """Prompt texts, each repeated `repeat` times; with `chat`, in the tokenizer's chat template with the
-    item's system message, as `gspo eval` builds benchmark prompts."""
-    texts = [prompt_text(tokenizer, it.prompt, it.system, chat=chat) for it in items]
-    return [t for t in texts for _ in range(repeat)]
-
-
 @dataclass(frozen=True)
 class StepConfig:
     """The parts of the config one step reads (the config's own typed nodes: algo, train, rollout)."""
@@ -255,17 +249,10 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
     generates and grades its own groups, then every rank holds the whole batch and the scoring and update
     forwards are dealt out (trainer/distributed.py): the update and the row are the whole batch's."""
     precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
-    t0 = time.perf_counter()
-    items = task.train_items(seed=conf.seed, step=step, n=conf.train.prompts_per_step)
-    prompts = format_prompts(engine.tokenizer, items, chat=conf.chat, repeat=G)
+    # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced)
+    sampled = sample_batch(step, conf, engine, task, precision.device, world)
+    rollout, rewards, items, prompts = sampled.rollout, sampled.rewards, sampled.items, sampled.prompts
     golds = [it.gold for it in items for _ in range(G)]
-    groups = distributed.group_range(conf.train.prompts_per_step, world)  # [distributed] this rank's groups
-    mine = slice(groups.start * G, groups.stop * G)
-    # row i of the step samples with seed + i whichever rank generates it
-    rollout = engine.generate(prompts[mine], seed=step_seed(conf.seed, step, "rollout") + mine.start).to(precision.device)
-    t_gen = time.perf_counter()
-    rewards = torch.tensor(task.rewards(rollout.texts, golds[mine]), device=precision.device)  # [N]
-    rollout, rewards = _whole_batch(rollout, rewards, world, engine.tokenizer.pad_token_id)  # [distributed]
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
@@ -288,29 +275,21 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
     finally:
         engine.sync_weights(policy.model)
     t2 = time.perf_counter()
-    times = {"generate": t_gen - t0, "grade": t1 - t_gen, "old_logp": t_scored - t1, "updates": t2 - t_scored}
-    row = step_row(task.name, G, rewards, rollout, entropy, metrics, times)
+    times = {**sampled.times, "old_logp": t_scored - t1, "updates": t2 - t_scored}  # generate, grade: every round's
+    row = step_row(task.name, G, sampled, entropy, metrics, times)
     if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step))
+    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, conf.samples_per_step))
     return row
 
 
-def _whole_batch(rollout: Rollout, rewards: torch.Tensor, world: World, pad_id: int) -> tuple[Rollout, torch.Tensor]:
-    """[distributed] Every rank's graded rows, in rank (= row) order, padded as one process pads its
-    generation chunks (prompts left to the widest, completions right): the step's whole batch on every rank."""
-    if world.size == 1:
-        return rollout, rewards
-    parts = distributed.gather_objects((rollout.to(torch.device("cpu")), rewards.cpu()), world)
-    whole = concat_rollouts([r for r, _ in parts], pad_id).to(rewards.device)
-    return whole, torch.cat([w for _, w in parts]).to(rewards.device)
-
-
-def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy, update_metrics: dict,
+def step_row(task_name: str, group_size: int, sampled: Sampled, entropy, update_metrics: dict,
              times: dict[str, float]) -> dict:
-    """A step's metrics row: rewards, completion lengths, the policy's entropy, the update's metrics and
+    """A step's metrics row: the task's rewards (reward/frac_zero_std_groups: of the rewards the advantages
+    saw), completion lengths, the policy's entropy, the sampling options' metrics, the update's metrics and
     the step's timings (`times`: seconds of generate, grade, old_logp, updates), read to the host here."""
+    rollout, rewards = sampled.rollout, sampled.task_rewards
     mask = rollout.completion_mask
     lengths = mask.sum(-1)
     step_s = sum(times.values())
@@ -318,11 +297,12 @@ def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item(),
         f"reward/{task_name}": rewards.mean().item(),
-        "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, group_size).item(),
+        "reward/frac_zero_std_groups": frac_zero_std_groups(sampled.rewards, group_size).item(),
         "completion/len_mean": lengths.mean().item(),
         "completion/len_max": lengths.max().item(),
         "completion/truncated_frac": rollout.truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
+        **sampled.metrics,
         **update_metrics,
         "time/rollout_s": times["generate"] + times["grade"],
         "time/update_s": times["old_logp"] + times["updates"],

@@ -40,6 +40,13 @@ class Rollout:
                 if isinstance(getattr(self, f.name), torch.Tensor)}
         return dataclasses.replace(self, **move)
 
+    def select(self, rows: list[int]) -> Rollout:
+        """The rollout's rows `rows`, in that order (widths unchanged)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.completion_mask.device)
+        pick = {f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, texts=[self.texts[i] for i in rows], **pick)
+
 
 def eos_ids_of(model, tokenizer) -> list[int]:
     """Every id that ends a completion: the tokenizer's eos and the model's generation eos ids (Qwen3's
