@@ -26,6 +26,7 @@ from .advantages import (
     step_advantages,
 )
 from .common import AGGREGATIONS, MAX_LOG_RATIO, STANDARD_METRICS
+from .corrections import correction_weights
 from .diagnostics import mismatch_metrics, ratio_diagnostics
 from .registry import ALGOS, REDUCTIONS, Algorithm, available, get, option_names, policy_loss, register
 from .shaping import overlong_penalty
@@ -40,6 +41,7 @@ __all__ = [
     "Algorithm",
     "available",
     "constant_groups",
+    "correction_weights",
     "estimate",
     "frac_zero_std_groups",
     "get",

@@ -48,7 +48,7 @@ class CispoOptions:
         check_aggregation(self.aggregation)
 
 
-@register("cispo", options=CispoOptions, metrics=STANDARD_METRICS, no_lower_bound=True)
+@register("cispo", options=CispoOptions, metrics=STANDARD_METRICS, token_advantages=True, no_lower_bound=True)
 def cispo_loss(
     *,
     logp: Tensor,
@@ -64,9 +64,9 @@ def cispo_loss(
     seq_denominator: float | None = None,
     token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """CISPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
+    """CISPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, no_lower_bound=True)
+                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True, no_lower_bound=True)
     check_aggregation(aggregation)
     reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
                             seq_denominator=seq_denominator, token_denominator=token_denominator)
@@ -76,7 +76,8 @@ def cispo_loss(
     # ^r_it = clip(r_it, 1 - eps_lo, 1 + eps_hi)
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     # J_it = sg(^r_it) A_i log pi_it  (padding's log-probs, whatever they hold, replaced by 0 first)
-    objective = weight * advantages.unsqueeze(-1) * torch.where(valid_tokens(mask), logp, torch.zeros_like(logp))
+    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)  # [N, T] or [N, 1]
+    objective = weight * adv * torch.where(valid_tokens(mask), logp, torch.zeros_like(logp))
     policy_loss = -reduce_tokens(objective)
 
     low, high = ratio < 1.0 - clip_low, ratio > 1.0 + clip_high

@@ -24,4 +24,4 @@ class DapoOptions(GrpoOptions):
     aggregation: str = TOKEN_MEAN  # the paper's token-level 1/sum_i |y_i| (sec. 3.3); GRPO's others allowed
 
 
-register("dapo", options=DapoOptions, metrics=STANDARD_METRICS)(grpo_loss)
+register("dapo", options=DapoOptions, metrics=STANDARD_METRICS, token_advantages=True)(grpo_loss)

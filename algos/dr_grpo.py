@@ -24,4 +24,4 @@ class DrGrpoOptions(GrpoOptions):
     aggregation: str = SEQ_MEAN_TOKEN_SUM_NORM  # 1/max_len, the constant normaliser (paper, sec. 3)
 
 
-register("dr_grpo", options=DrGrpoOptions, metrics=STANDARD_METRICS)(grpo_loss)
+register("dr_grpo", options=DrGrpoOptions, metrics=STANDARD_METRICS, token_advantages=True)(grpo_loss)

@@ -53,7 +53,7 @@ class SapoOptions:
         check_aggregation(self.aggregation)
 
 
-@register("sapo", options=SapoOptions, metrics=STANDARD_METRICS)
+@register("sapo", options=SapoOptions, metrics=STANDARD_METRICS, token_advantages=True)
 def sapo_loss(
     *,
     logp: Tensor,
@@ -71,18 +71,18 @@ def sapo_loss(
     seq_denominator: float | None = None,
     token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """SAPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
+    """SAPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
+                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
     SapoOptions(tau_pos, tau_neg, aggregation)
     reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
                             seq_denominator=seq_denominator, token_denominator=token_denominator)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     # r_it = exp(logp_it - old_logp_it)
     ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-    adv = advantages.unsqueeze(-1)  # [N, 1]
+    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)  # [N, T] or [N, 1]
     # tau = tau_pos where A_i > 0, else tau_neg
-    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))  # [N, 1], adv's dtype
+    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))  # like adv, its dtype
     # J_it = 4/tau sigmoid(tau (r_it - 1)) A_i
     objective = 4.0 / tau * torch.sigmoid(tau * (ratio - 1.0)) * adv
     policy_loss = -reduce_tokens(objective)

@@ -17,12 +17,16 @@ from gspo.conf.errors import GspoError
 
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")  # GRPO's algo.options.aggregation
 ADVANTAGES = ("group", "step")  # advantage estimators registered in gspo.algos.advantages
+CORRECTIONS = ("none", "tis", "mis")  # gspo.algos.corrections.KINDS
+CORRECTION_LEVELS = ("token", "sequence")  # gspo.algos.corrections.LEVELS
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "algo.advantage": ADVANTAGES,
     "algo.adv_scale": ("std", "none"),
     "algo.old_logp_source": ("auto", "recompute", "engine"),
     "algo.options.aggregation": AGGREGATIONS,
+    "algo.correction.kind": CORRECTIONS,
+    "algo.correction.level": CORRECTION_LEVELS,
     "model.dtype": ("float32", "bfloat16", "float16"),
     "rollout.engine": ("hf", "vllm"),
     "rollout.dtype": ("auto", "bfloat16", "float16"),

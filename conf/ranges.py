@@ -17,6 +17,7 @@ _POS, _NONNEG, _ONE = (0, None, True), (0, None, False), (1, None, False)
 RULES: dict[str, tuple[float, float | None, bool]] = {
     "seed": _NONNEG,
     "algo.clip_low": (0, 1, True), "algo.clip_high": _POS, "algo.kl_beta": _NONNEG, "algo.adv_eps": _NONNEG,
+    "algo.correction.cap": _POS, "algo.correction.low": (0, 1, False), "algo.correction.high": _ONE,
     "train.steps": _NONNEG, "train.prompts_per_step": _ONE, "train.group_size": (2, None, False),
     "train.minibatches": _ONE, "train.epochs": _ONE, "train.micro_batch_size": _ONE, "train.lr": _POS,
     "train.warmup_steps": _NONNEG, "train.weight_decay": _NONNEG, "train.adam_betas": (0, 1, False),

@@ -15,6 +15,18 @@ from omegaconf import MISSING
 
 
 @dataclass
+class CorrectionConfig:
+    """The training-inference mismatch corrected (gspo.algos.corrections): the sampler's log-probs against the
+    trainer's recomputed old ones, so it needs algo.old_logp_source=engine; the loss then uses the trainer's."""
+
+    kind: str = "none"  # none; tis: each term times sg(min(pi_old / pi_sampler, cap)); mis: terms whose pi_old / pi_sampler leaves [low, high] masked out
+    level: str = "token"  # token: one weight per token (token-level objectives); sequence: the geometric mean over the response, one per sequence (every algorithm)
+    cap: float = 2.0  # tis: weights above it are truncated to it (the TIS authors' example)
+    low: float = 0.5  # mis: weights below it mask their token or sequence out
+    high: float = 2.0  # mis: weights above it mask their token or sequence out
+
+
+@dataclass
 class AlgoConfig:
     name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
     clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only)
@@ -26,6 +38,7 @@ class AlgoConfig:
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
     old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
     routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # mismatch correction of engine log-probs (TIS / MIS)
 
 
 @dataclass

@@ -44,11 +44,13 @@ def test_each_algorithm_declares_how_every_metric_reduces():
 def test_the_config_vocabulary_is_the_registries():
     # conf checks closed choices without importing torch, so it spells them out; they must agree
     from gspo.algos import AGGREGATIONS, ESTIMATORS
-    from gspo.conf.choices import ADVANTAGES
+    from gspo.algos.corrections import KINDS, LEVELS
+    from gspo.conf.choices import ADVANTAGES, CORRECTION_LEVELS, CORRECTIONS
     from gspo.conf.choices import AGGREGATIONS as CONF_AGGREGATIONS
     from gspo.conf.compose import _algorithm_names
 
     assert CONF_AGGREGATIONS == AGGREGATIONS and ADVANTAGES == tuple(ESTIMATORS)
+    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, LEVELS)
     assert set(_algorithm_names()) == set(available())
 
 
@@ -131,12 +133,28 @@ def test_bad_inputs_raise(name, change, match):
         policy_loss(name, **{**inputs(), **change})
 
 
-def test_per_token_advantages_only_for_gspo_token():
-    per_token = {**inputs(), "advantages": torch.ones((2, 3), dtype=F64)}
-    policy_loss("gspo_token", **per_token)
-    for name in (n for n in available() if n != "gspo_token"):
+@pytest.mark.parametrize("name", available())
+def test_per_token_advantages_only_for_token_level_objectives(name):
+    # A_it = A_i on every token gives the [N] loss and gradient exactly (off-policy, clipped tokens included);
+    # GSPO and GMPO weight whole sequences and refuse [N, T] rather than ignore its variation.
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand((3, 4), generator=gen, dtype=F64)
+    logp = (old + 0.3 * torch.randn((3, 4), generator=gen, dtype=F64)).requires_grad_(True)
+    mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=F64)
+    adv = torch.tensor([1.0, -0.5, 2.0], dtype=F64)
+    bounds = {"clip_low": 0.2, "clip_high": 0.27, "max_len": 4}
+    per_token = adv[:, None].expand(3, 4).clone()
+    if not get(name).token_advantages:
         with pytest.raises(ValueError, match="advantages"):
-            policy_loss(name, **per_token)
+            policy_loss(name, logp=logp, old_logp=old, advantages=per_token, mask=mask, **bounds)
+        assert name in ("gspo", "gmpo")
+        return
+    results = []
+    for a in (adv, per_token):
+        loss, _ = policy_loss(name, logp=logp, old_logp=old, advantages=a, mask=mask, **bounds)
+        results.append((loss.detach(), *torch.autograd.grad(loss, logp)))
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-12, rtol=0)
 
 
 def test_dr_grpo_micro_batches_need_an_explicit_max_len():

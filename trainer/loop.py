@@ -25,7 +25,7 @@ from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer import distributed, fsdp
-from gspo.trainer.advantages import check_algorithm, rollout_advantages
+from gspo.trainer.advantages import check_algorithm, corrected, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
@@ -262,8 +262,9 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
                                                    algo=algo, train=conf.train, sampling=conf.sampling,
                                                    routing=policy.routing, world=world)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
-        batch = Batch(rollout, advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp,
-                      ref_logp, lengths, policy.routing)
+        # a mismatch correction scales the advantages; the loss's old log-probs are the sampler's or the trainer's
+        advantages, loss_old_logp, correction = corrected(algo, advantages, old_logp, rollout)
+        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, policy.routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
         metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
@@ -276,7 +277,7 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
         engine.sync_weights(policy.model)
     t2 = time.perf_counter()
     times = {**sampled.times, "old_logp": t_scored - t1, "updates": t2 - t_scored}  # generate, grade: every round's
-    row = step_row(task.name, G, sampled, entropy, metrics, times)
+    row = step_row(task.name, G, sampled, entropy, metrics | to_host(correction), times)
     if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
