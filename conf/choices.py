@@ -24,6 +24,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algo.advantage": ADVANTAGES,
     "algo.adv_scale": ("std", "none"),
     "algo.old_logp_source": ("auto", "recompute", "engine"),
+    "algo.routing_replay": ("none", "trainer", "rollout"),
     "algo.options.aggregation": AGGREGATIONS,
     "algo.correction.kind": CORRECTIONS,
     "algo.correction.level": CORRECTION_LEVELS,

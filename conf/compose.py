@@ -161,9 +161,13 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
                         "after every update): use rollout=hf")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
-    if cfg.algo.routing_replay and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
-        raise GspoError("algo.routing_replay=true needs a Mixture-of-Experts model and the embedded model is dense: "
+    replay = cfg.algo.routing_replay
+    if replay != "none" and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
+        raise GspoError(f"algo.routing_replay={replay} needs a Mixture-of-Experts model and the embedded model is dense: "
                         "use model=tiny-moe (or an MoE through model=hf)")
+    if replay == "rollout" and (cfg.rollout.engine != "hf" or cfg.rollout.sampler != "lean"):
+        raise GspoError("algo.routing_replay=rollout replays the experts the hf engine's lean sampler records while it "
+                        f"decodes: use rollout=hf rollout.sampler=lean (got {cfg.rollout.engine}, {cfg.rollout.sampler})")
     check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
     if cfg.task.kind in ("math", "code") and not cfg.task.dataset:

@@ -37,7 +37,7 @@ class AlgoConfig:
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
     old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
-    routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
+    routing_replay: str = "none"  # MoE only: none; trainer (R2, GSPO paper sec. 4.3): the old policy's experts from its scoring forward, replayed in the update's; rollout (R3, arXiv 2510.11370): the experts the hf sampler chose while decoding, replayed in the old-log-prob and update forwards
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # mismatch correction of engine log-probs (TIS / MIS)
 
 

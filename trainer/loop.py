@@ -57,6 +57,9 @@ def train(cfg, log=print) -> Path:
     world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
     try:
         distributed.check_layout(cfg.train, world, cfg.rollout)
+        if world.size > 1 and cfg.algo.routing_replay == "rollout":
+            raise GspoError("algo.routing_replay=rollout (R3) runs in one process only for now; use one process, or "
+                            "algo.routing_replay=trainer (R2) with several")
         fsdp.check(cfg, world)
         precision_name = checked_precision(cfg, device)
         require_engine(cfg.rollout)
@@ -88,8 +91,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     # rank 0 first: a cold start or hub download is made once, the other ranks read the cache
     model, tokenizer = distributed.main_first(
         lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
-    if cfg.algo.routing_replay and not find_routers(model):
-        raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
+    if cfg.algo.routing_replay != "none" and not find_routers(model):
+        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
     model.to(device)
     if cfg.train.compile:
@@ -112,7 +115,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None,
                                shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)
-        routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
+        replay = cfg.algo.routing_replay  # none, trainer (R2) or rollout (R3): whose experts are compared and replayed
+        routing = RoutingRecorder(model, replay=replay != "none", source="rollout" if replay == "rollout" else "trainer")
         collapse = _collapse_detector(cfg, task, run)
         conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
         optim = Optim(precision, optimizer, scheduler)
