@@ -52,7 +52,8 @@ def compare_cmd(
                                           "overrides on top of it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3"),
 ) -> None:
     """Run a comparison preset (default: GRPO, GSPO and GSPO-token, 3 seeds, 20 steps on the embedded
-    default; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then write the
+    default; preset=family: GRPO, DAPO, Dr. GRPO, GSPO, GMPO, CISPO, SAPO; preset=moe|mismatch|stability put
+    the GSPO paper's three claims to the test), then write the
     report and print its headline table."""
     name, rest = pick_preset(list(overrides or []))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]))
