@@ -1,4 +1,5 @@
-"""Policy losses for GRPO, GSPO and GSPO-token, and group-relative advantages: pure tensor math.
+"""Policy losses of the GRPO family (GRPO, DAPO, Dr. GRPO, GSPO, GSPO-token, GMPO, CISPO, SAPO) and
+group-relative advantages: pure tensor math.
 
     from gspo.algos import policy_loss, group_advantages
     adv = group_advantages(rewards, group_size=G)                       # [N]
@@ -14,9 +15,10 @@ option raises TypeError. Metrics are detached 0-dim tensors named as in DESIGN.m
 This package imports nothing else of gspo's.
 """
 
-from . import grpo, gspo, gspo_token  # noqa: F401  (each module registers its algorithm)
+from . import cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo  # noqa: F401  (each module registers its algorithm)
 from .advantages import (
     ESTIMATORS,
+    constant_groups,
     estimate,
     frac_zero_std_groups,
     get_estimator,
@@ -24,8 +26,10 @@ from .advantages import (
     step_advantages,
 )
 from .common import AGGREGATIONS, MAX_LOG_RATIO, STANDARD_METRICS
+from .corrections import correction_weights
 from .diagnostics import mismatch_metrics, ratio_diagnostics
 from .registry import ALGOS, REDUCTIONS, Algorithm, available, get, option_names, policy_loss, register
+from .shaping import overlong_penalty
 
 __all__ = [
     "AGGREGATIONS",
@@ -36,6 +40,8 @@ __all__ = [
     "STANDARD_METRICS",
     "Algorithm",
     "available",
+    "constant_groups",
+    "correction_weights",
     "estimate",
     "frac_zero_std_groups",
     "get",
@@ -43,6 +49,7 @@ __all__ = [
     "group_advantages",
     "mismatch_metrics",
     "option_names",
+    "overlong_penalty",
     "policy_loss",
     "ratio_diagnostics",
     "register",

@@ -46,6 +46,12 @@ def _constant_groups(grouped: Tensor) -> Tensor:
     return grouped.amax(dim=-1) == grouped.amin(dim=-1)
 
 
+def constant_groups(rewards: Tensor, group_size: int) -> Tensor:
+    """[B] booleans from rewards [N] (group-major) or [B, G]: the group's rewards are all equal, so every
+    advantage in it is 0 (the groups DAPO's dynamic sampling drops)."""
+    return _constant_groups(_grouped(rewards, group_size))
+
+
 def group_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = "std") -> Tensor:
     """Group-normalised advantages, same shape as `rewards` ([N] group-major, or [B, G]).
 

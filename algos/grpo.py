@@ -5,6 +5,8 @@ Objective, in the form the GSPO paper (arXiv 2507.18071, eq. 2) writes it:
     w_it = pi(y_it | x, y_i<t) / pi_old(y_it | x, y_i<t)
     J    = 1/G sum_i 1/|y_i| sum_t min(w_it A_i, clip(w_it, 1 - eps_lo, 1 + eps_hi) A_i)
 
+A_i may be given per token, A_it (process supervision, or advantages scaled by a mismatch correction).
+
 The loss is -J. Departures and choices:
 - Asymmetric clip bounds (DAPO's clip-higher); the GSPO paper's GRPO baseline uses 0.2 / 0.27.
 - `aggregation` picks the token reduction: "seq_mean_token_mean" (the formula above, default),
@@ -52,7 +54,7 @@ class GrpoOptions:
         check_aggregation(self.aggregation)
 
 
-@register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS)
+@register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS, token_advantages=True)
 def grpo_loss(
     *,
     logp: Tensor,
@@ -68,16 +70,16 @@ def grpo_loss(
     seq_denominator: float | None = None,
     token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """GRPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
+    """GRPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
+                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
     check_aggregation(aggregation)
     reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
                             seq_denominator=seq_denominator, token_denominator=token_denominator)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     # w_it = exp(logp_it - old_logp_it)
     ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-    adv = advantages.unsqueeze(-1)  # [N, 1]
+    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)  # [N, T] or [N, 1]
     # J_it = min(w_it A_i, clip(w_it, 1 - eps_lo, 1 + eps_hi) A_i)
     objective = clipped_objective(ratio, adv, clip_low, clip_high)
     policy_loss = -reduce_tokens(objective)

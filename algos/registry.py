@@ -49,6 +49,7 @@ class Algorithm:
     options: type = NoOptions  # a dataclass: the algorithm's own options, checked in __post_init__
     metrics: Mapping[str, str] = field(default_factory=dict)  # metric name -> one of REDUCTIONS
     token_advantages: bool = False  # accepts per-token advantages [N, T] (else one per sequence, [N])
+    no_lower_bound: bool = False  # clip_low = 1 is allowed: a clip bound on a weight, 1 meaning none (CISPO)
 
     def make_options(self, values: Mapping[str, Any]) -> Any:
         """The options dataclass from config values: TypeError naming an unknown option and the known ones,
@@ -64,7 +65,7 @@ ALGOS: dict[str, Algorithm] = {}
 
 
 def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str],
-             token_advantages: bool = False) -> Callable[[LossFn], LossFn]:
+             token_advantages: bool = False, no_lower_bound: bool = False) -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
     def decorator(fn: LossFn) -> LossFn:
@@ -81,7 +82,7 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         bad = {k: v for k, v in metrics.items() if v not in REDUCTIONS}
         if bad:
             raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
-        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages)
+        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound)
         return fn
 
     return decorator

@@ -24,7 +24,7 @@ from gspo.conf.errors import GspoError
 
 app = typer.Typer(
     name="gspo",
-    help="Train language models with GRPO and GSPO on one rollout/update loop, and compare them.",
+    help="Train language models with GRPO, GSPO and their family on one rollout/update loop, and compare them.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -53,7 +53,7 @@ def train(
     overrides: list[str] = typer.Argument(None, help="Hydra overrides, e.g. algo=grpo seed=1 train.steps=20"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or log lines."),
 ) -> None:
-    """Train with GRPO, GSPO or GSPO-token (default: the embedded tiny model and task, on the CPU).
+    """Train with an algorithm of the GRPO family, algo= below (default: the embedded tiny model and task, on the CPU).
 
     Hydra's own flags work as in any Hydra app: --cfg job|hydra|all [--resolve], --info, -m/--multirun
     (the same as gspo sweep), hydra/launcher=joblib|submitit_local, hydra/sweeper=optuna. --cfg alone

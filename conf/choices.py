@@ -17,12 +17,17 @@ from gspo.conf.errors import GspoError
 
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")  # GRPO's algo.options.aggregation
 ADVANTAGES = ("group", "step")  # advantage estimators registered in gspo.algos.advantages
+CORRECTIONS = ("none", "tis", "mis")  # gspo.algos.corrections.KINDS
+CORRECTION_LEVELS = ("token", "sequence")  # gspo.algos.corrections.LEVELS
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "algo.advantage": ADVANTAGES,
     "algo.adv_scale": ("std", "none"),
     "algo.old_logp_source": ("auto", "recompute", "engine"),
+    "algo.routing_replay": ("none", "trainer", "rollout"),
     "algo.options.aggregation": AGGREGATIONS,
+    "algo.correction.kind": CORRECTIONS,
+    "algo.correction.level": CORRECTION_LEVELS,
     "model.dtype": ("float32", "bfloat16", "float16"),
     "rollout.engine": ("hf", "vllm"),
     "rollout.dtype": ("auto", "bfloat16", "float16"),
@@ -39,9 +44,13 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 def choice_error(key: str, value: object, valid: tuple[str, ...] | list[str]) -> GspoError:
     """`key=value` is not one of `valid`: one line with the valid values and the nearest one, if close."""
+    return GspoError(f"{key}={value!r}: use one of {', '.join(valid)}{near_hint(value, valid)}")
+
+
+def near_hint(value: object, valid: tuple[str, ...] | list[str]) -> str:
+    """" (did you mean X?)" for the closest of `valid` to a near miss, else ""."""
     near = difflib.get_close_matches(str(value), list(valid), n=1, cutoff=0.6)
-    hint = f" (did you mean {near[0]}?)" if near else ""
-    return GspoError(f"{key}={value!r}: use one of {', '.join(valid)}{hint}")
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def check_choice(key: str, value: object, valid: tuple[str, ...] | list[str]) -> None:

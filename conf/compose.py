@@ -19,7 +19,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from gspo.conf.choices import check_choices
+from gspo.conf.choices import check_choices, near_hint
 from gspo.conf.errors import GspoError
 from gspo.conf.ranges import check_numbers
 from gspo.conf.resume import eval_run_config, expand_resume_dir, resume_config
@@ -81,7 +81,9 @@ def _algorithm_names(sources=None) -> list[str]:
         group = root / "algo"
         if group.is_dir():
             presets = [OmegaConf.create(f.read_text()) for f in group.iterdir() if f.name.endswith(".yaml")]
-            names += [str(p.name) for p in presets if p.get("name")]  # one building on another names none
+            # a preset in the global package (algo/dapo.yaml) names it under algo:; one building on another names none
+            presets = [p.algo if "algo" in p and "name" not in p else p for p in presets]
+            names += [str(p.name) for p in presets if p.get("name")]
     return names
 
 
@@ -98,7 +100,9 @@ def _one_line(e: Exception) -> str:
     if any(ln.startswith("Available options") for ln in lines):
         start = next(i for i, ln in enumerate(lines) if ln.startswith("Available options")) + 1
         opts = [ln for ln in lines[start:] if not ln.startswith(("Config search path", "provider="))]
-        return f"{head} (available: {', '.join(opts)})"
+        missing = re.search(r"Could not find '[^/']+/([^']+)'", head)
+        hint = near_hint(missing.group(1), opts) if missing else ""
+        return f"{head} (available: {', '.join(opts)}){hint}"
     if head.startswith("Could not override"):
         return f"{head.rstrip('.')}: no such key in the config"
     cause = e.__cause__ or e.__context__
@@ -148,8 +152,8 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
         raise GspoError("train.save_every, train.keep_checkpoints and train.eval_every must be >= 0")
     if t.epochs < 1 or t.lr <= 0 or t.max_grad_norm <= 0:
         raise GspoError("train.epochs must be >= 1, train.lr > 0 and train.max_grad_norm > 0")
-    if not (0 < cfg.algo.clip_low < 1 and cfg.algo.clip_high > 0):
-        raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low < 1 and clip_high > 0")
+    if not (0 < cfg.algo.clip_low <= 1 and cfg.algo.clip_high > 0):  # 1 (no lower bound): cispo only, trainer checks
+        raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low <= 1 and clip_high > 0")
     if r.temperature <= 0 or not (0 < r.top_p <= 1) or r.max_new_tokens < 1:
         raise GspoError("rollout: need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1")
     if cfg.model.lora.r < 0 or not 0 <= cfg.model.lora.dropout < 1:
@@ -159,9 +163,13 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
                         "after every update): use rollout=hf")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
-    if cfg.algo.routing_replay and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
-        raise GspoError("algo.routing_replay=true needs a Mixture-of-Experts model and the embedded model is dense: "
+    replay = cfg.algo.routing_replay
+    if replay != "none" and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
+        raise GspoError(f"algo.routing_replay={replay} needs a Mixture-of-Experts model and the embedded model is dense: "
                         "use model=tiny-moe (or an MoE through model=hf)")
+    if replay == "rollout" and (cfg.rollout.engine != "hf" or cfg.rollout.sampler != "lean"):
+        raise GspoError("algo.routing_replay=rollout replays the experts the hf engine's lean sampler records while it "
+                        f"decodes: use rollout=hf rollout.sampler=lean (got {cfg.rollout.engine}, {cfg.rollout.sampler})")
     check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
     if cfg.task.kind in ("math", "code") and not cfg.task.dataset:

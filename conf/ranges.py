@@ -19,6 +19,7 @@ INT64 = (-(2**63), 2**63 - 1)  # every integer setting; torch.manual_seed, for o
 RULES: dict[str, tuple[float, float | None, bool]] = {
     "seed": _NONNEG,
     "algo.clip_low": (0, 1, True), "algo.clip_high": _POS, "algo.kl_beta": _NONNEG, "algo.adv_eps": _NONNEG,
+    "algo.correction.cap": _POS, "algo.correction.low": (0, 1, False), "algo.correction.high": _ONE,
     "train.steps": _NONNEG, "train.prompts_per_step": _ONE, "train.group_size": (2, None, False),
     "train.minibatches": _ONE, "train.epochs": _ONE, "train.micro_batch_size": _ONE, "train.lr": _POS,
     "train.warmup_steps": _NONNEG, "train.weight_decay": _NONNEG, "train.adam_betas": (0, 1, False),
@@ -26,7 +27,7 @@ RULES: dict[str, tuple[float, float | None, bool]] = {
     "train.keep_checkpoints": _NONNEG, "train.logprob_chunk": _ONE,
     "rollout.temperature": _POS, "rollout.top_p": (0, 1, True), "rollout.max_new_tokens": _ONE,
     "rollout.batch_size": _ONE, "rollout.gpu_memory_utilization": (0, 1, True),
-    "rollout.tensor_parallel_size": _ONE,
+    "rollout.tensor_parallel_size": _ONE, "rollout.max_draws": _ONE, "rollout.overlong_buffer": (0, 1, False),
     "task.min_digits": _ONE, "task.max_digits": _ONE, "task.eval_size": _ONE, "task.timeout_s": _POS,
     "task.workers": _ONE,
     "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _ONE, "eval.step": _NONNEG,

@@ -15,17 +15,30 @@ from omegaconf import MISSING
 
 
 @dataclass
+class CorrectionConfig:
+    """The training-inference mismatch corrected (gspo.algos.corrections): the sampler's log-probs against the
+    trainer's recomputed old ones, so it needs algo.old_logp_source=engine; the loss then uses the trainer's."""
+
+    kind: str = "none"  # none; tis: each term times sg(min(pi_old / pi_sampler, cap)); mis: terms whose pi_old / pi_sampler leaves [low, high] masked out
+    level: str = "token"  # token: one weight per token (token-level objectives); sequence: the geometric mean over the response, one per sequence (every algorithm)
+    cap: float = 2.0  # tis: weights above it are truncated to it (the TIS authors' example)
+    low: float = 0.5  # mis: weights below it mask their token or sequence out
+    high: float = 2.0  # mis: weights above it mask their token or sequence out
+
+
+@dataclass
 class AlgoConfig:
-    name: str = MISSING  # a name registered in gspo.algos (and declared by an algo/ preset): grpo, gspo, gspo_token
-    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over
+    name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
+    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only)
     clip_high: float = MISSING  # ratio may rise to 1 + clip_high
-    options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options (its preset lists them; grpo: aggregation)
+    options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     advantage: str = "group"  # estimator: group (one value per sequence) or step (per scratchpad step, per token; gspo_token)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
     old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
-    routing_replay: bool = False  # MoE only: reuse the old policy's experts in the update's forwards (GSPO paper sec. 4.3)
+    routing_replay: str = "none"  # MoE only: none; trainer (R2, GSPO paper sec. 4.3): the old policy's experts from its scoring forward, replayed in the update's; rollout (R3, arXiv 2510.11370): the experts the hf sampler chose while decoding, replayed in the old-log-prob and update forwards
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # mismatch correction of engine log-probs (TIS / MIS)
 
 
 @dataclass
@@ -109,6 +122,9 @@ class RolloutConfig:
     tensor_parallel_size: int = 1  # vllm: GPUs one model is split over
     vllm_dtype: str = "auto"  # vllm: its weights' dtype (auto: the model's)
     vllm_sleep: bool = True  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync
+    dynamic_sampling: bool = False  # DAPO (sec. 3.2), any algorithm: drop groups whose rewards are all equal (no signal) and draw more prompts until train.prompts_per_step groups are kept or max_draws rounds are spent; one process only
+    max_draws: int = 3  # dynamic sampling's budget: rounds of train.prompts_per_step prompts one step may draw (verl's max_num_gen_batches); a batch still short is completed with dropped groups
+    overlong_buffer: float = 0.0  # DAPO's soft overlong punishment (sec. 3.4), any algorithm: over the last this share of max_new_tokens the reward falls linearly by up to 1 (DAPO: 4096/20480 = 0.2); 0: off
 
 
 @dataclass

@@ -11,7 +11,8 @@ import torch
 from gspo.algos import ALGOS, REDUCTIONS, available, get, option_names, policy_loss, register
 
 F64 = torch.float64
-OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": ()}  # each algorithm's own (algo.options)
+OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
+           "cispo": ("aggregation",), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": ()}  # algo.options
 METRICS = {
     "clip/token_frac", "clip/seq_frac", "clip/low_frac", "clip/high_frac", "clip/ratio_out_of_band_frac",
     "ratio/token_mean", "ratio/token_min", "ratio/token_max", "ratio/seq_mean", "ratio/seq_min",
@@ -26,7 +27,7 @@ def inputs(n=2, t=3):
 
 
 def test_registered_names():
-    assert available() == ("grpo", "gspo", "gspo_token")
+    assert available() == ("cispo", "dapo", "dr_grpo", "gmpo", "grpo", "gspo", "gspo_token", "sapo")
     assert set(ALGOS) == set(available())
     for name in available():
         assert option_names(name) == OPTIONS[name]
@@ -43,16 +44,18 @@ def test_each_algorithm_declares_how_every_metric_reduces():
 def test_the_config_vocabulary_is_the_registries():
     # conf checks closed choices without importing torch, so it spells them out; they must agree
     from gspo.algos import AGGREGATIONS, ESTIMATORS
-    from gspo.conf.choices import ADVANTAGES
+    from gspo.algos.corrections import KINDS, LEVELS
+    from gspo.conf.choices import ADVANTAGES, CORRECTION_LEVELS, CORRECTIONS
     from gspo.conf.choices import AGGREGATIONS as CONF_AGGREGATIONS
     from gspo.conf.compose import _algorithm_names
 
     assert CONF_AGGREGATIONS == AGGREGATIONS and ADVANTAGES == tuple(ESTIMATORS)
+    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, LEVELS)
     assert set(_algorithm_names()) == set(available())
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(ValueError, match="'ppo'.*grpo, gspo, gspo_token"):
+    with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo"):
         policy_loss("ppo", **inputs())
 
 
@@ -66,7 +69,7 @@ def test_unknown_aggregation_raises():
         policy_loss("grpo", **inputs(), aggregation="token_sum")
 
 
-@pytest.mark.parametrize("name", ["gspo", "gspo_token"])
+@pytest.mark.parametrize("name", ["gspo", "gspo_token", "gmpo"])
 def test_gspo_has_no_aggregation_to_ignore(name):
     # GSPO weights each sequence once: an aggregation would be silently ignored, so it is no option
     with pytest.raises(TypeError, match="'aggregation'.*known: none"):
@@ -105,7 +108,7 @@ def test_a_registered_function_is_reachable_with_its_own_options():
         del ALGOS["test_constant"]
 
 
-@pytest.mark.parametrize("name", ["grpo", "gspo", "gspo_token"])
+@pytest.mark.parametrize("name", available())
 def test_metric_names_are_the_interface(name):
     _, metrics = policy_loss(name, **inputs())
     assert set(metrics) == METRICS
@@ -114,13 +117,13 @@ def test_metric_names_are_the_interface(name):
     assert all(v.dim() == 0 and not v.requires_grad for v in metrics.values())
 
 
-@pytest.mark.parametrize("name", ["grpo", "gspo", "gspo_token"])
+@pytest.mark.parametrize("name", available())
 @pytest.mark.parametrize("change, match", [
     ({"old_logp": torch.zeros((2, 4), dtype=F64)}, "old_logp"),
     ({"mask": torch.ones((3, 3), dtype=F64)}, "mask"),
     ({"advantages": torch.ones(3, dtype=F64)}, "advantages"),
     ({"logp": torch.zeros(6, dtype=F64)}, "logp"),
-    ({"clip_low": 1.0}, "clip_low"),
+    ({"clip_low": 1.01}, "clip_low"),  # 1.0 too, except for CISPO (tests/test_algos_family.py)
     ({"clip_high": -0.1}, "clip_high"),
     ({"kl_beta": 0.1}, "ref_logp"),
     ({"kl_beta": -0.1, "ref_logp": torch.zeros((2, 3), dtype=F64)}, "kl_beta"),
@@ -130,12 +133,28 @@ def test_bad_inputs_raise(name, change, match):
         policy_loss(name, **{**inputs(), **change})
 
 
-def test_per_token_advantages_only_for_gspo_token():
-    per_token = {**inputs(), "advantages": torch.ones((2, 3), dtype=F64)}
-    policy_loss("gspo_token", **per_token)
-    for name in ("grpo", "gspo"):
+@pytest.mark.parametrize("name", available())
+def test_per_token_advantages_only_for_token_level_objectives(name):
+    # A_it = A_i on every token gives the [N] loss and gradient exactly (off-policy, clipped tokens included);
+    # GSPO and GMPO weight whole sequences and refuse [N, T] rather than ignore its variation.
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand((3, 4), generator=gen, dtype=F64)
+    logp = (old + 0.3 * torch.randn((3, 4), generator=gen, dtype=F64)).requires_grad_(True)
+    mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=F64)
+    adv = torch.tensor([1.0, -0.5, 2.0], dtype=F64)
+    bounds = {"clip_low": 0.2, "clip_high": 0.27, "max_len": 4}
+    per_token = adv[:, None].expand(3, 4).clone()
+    if not get(name).token_advantages:
         with pytest.raises(ValueError, match="advantages"):
-            policy_loss(name, **per_token)
+            policy_loss(name, logp=logp, old_logp=old, advantages=per_token, mask=mask, **bounds)
+        assert name in ("gspo", "gmpo")
+        return
+    results = []
+    for a in (adv, per_token):
+        loss, _ = policy_loss(name, logp=logp, old_logp=old, advantages=a, mask=mask, **bounds)
+        results.append((loss.detach(), *torch.autograd.grad(loss, logp)))
+    torch.testing.assert_close(results[1][0], results[0][0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(results[1][1], results[0][1], atol=1e-12, rtol=0)
 
 
 def test_dr_grpo_micro_batches_need_an_explicit_max_len():

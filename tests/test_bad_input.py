@@ -42,8 +42,10 @@ def _code_rows(tmp: Path) -> Path:
 # (id, overrides, words the error line must contain, gets past config composition)
 CASES = [
     ("unknown-option", ["algo=foo"], ["algo/foo", "grpo, grpo_replay, gspo, gspo_token, gspo_token_step"], False),
+    ("algo-preset-typo", ["algo=cipso"], ["algo/cipso", "cispo, dapo, dr_grpo, gmpo", "did you mean cispo?"], False),
+    ("no-lower-bound-outside-cispo", ["algo=grpo", "algo.clip_low=1.0"], ["algo.clip_low=1.0", "cispo"], True),
     ("unknown-group", ["optimizer=adam"], ["optimizer"], False),
-    ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", "grpo, gspo, gspo_token", "did you mean gspo?"], False),
+    ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", "gmpo, grpo, gspo, gspo_token, sapo", "did you mean gspo?"], False),
     ("aggregation-typo", ["algo=grpo", "algo.options.aggregation=tokn_mean"],
      ["algo.options.aggregation='tokn_mean'", "seq_mean_token_sum_norm", "did you mean token_mean?"], False),
     ("engine-typo", ["rollout.engine=vlm"], ["rollout.engine='vlm'", "hf, vllm", "did you mean vllm?"], False),

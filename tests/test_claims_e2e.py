@@ -29,7 +29,7 @@ def test_engine_logprobs_bf16_sampler_makes_a_real_mismatch(gspo, tmp_path):
     assert row["ratio/seq_mean"] > 0  # and the update ran on the engine's log-probs
 
 
-@pytest.mark.parametrize("replay", ["true", "false"])
+@pytest.mark.parametrize("replay", ["none", "trainer", "rollout"])
 def test_tiny_moe_trains_with_and_without_replay(gspo, tmp_path, replay):
     (row,) = _rows(gspo, tmp_path, f"moe-{replay}", *MOE, "algo=grpo", f"algo.routing_replay={replay}")
     assert 0.0 <= row["moe/routing_changed_frac"] <= 1.0

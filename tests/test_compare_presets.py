@@ -12,11 +12,12 @@ from gspo.conf.errors import GspoError
 
 
 def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
-    assert {"compare", "moe", "mismatch", "stability"} <= set(presets())
+    assert {"compare", "family", "moe", "mismatch", "stability"} <= set(presets())
     assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
     assert pick_preset(["preset=moe", "seed=0"]) == ("moe", ["seed=0"])
     assert swept_by(presets()["moe"]) == ("seed", "algo")
-    assert swept_by(presets()["mismatch"]) == ("algo", "algo.old_logp_source", "seed")
+    assert swept_by(presets()["mismatch"]) == ("algo", "algo.correction.kind", "seed")
+    assert swept_by(presets()["family"]) == ("seed", "algo")
 
 
 @pytest.mark.parametrize("given, hint", [("mo", "did you mean moe?"), ("stabilty", "did you mean stability?"),
@@ -24,7 +25,7 @@ def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
 def test_an_unknown_preset_names_the_presets(given, hint):
     with pytest.raises(GspoError) as e:
         pick_preset([f"preset={given}"])
-    assert f"preset='{given}': use one of compare, mismatch, moe, stability" in str(e.value)
+    assert f"preset='{given}': use one of compare, family, mismatch, moe, stability" in str(e.value)
     assert hint in str(e.value)
     with pytest.raises(GspoError, match="name one"):
         pick_preset(["preset=moe", "preset=stability"])
@@ -34,20 +35,21 @@ def test_unknown_preset_from_the_command_line_is_one_line_and_writes_nothing(gsp
     result = gspo.subprocess("compare", "preset=moee", cwd=tmp_path, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
-        "error: preset='moee': use one of compare, mismatch, moe, stability (did you mean moe?)"]
+        "error: preset='moee': use one of compare, family, mismatch, moe, stability (did you mean moe?)"]
     assert list(tmp_path.iterdir()) == []
 
 
 def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
-    """preset=mismatch on TINY, one seed, one step: four runs (2 algorithms x 2 old-log-prob sources),
-    tagged with the preset's swept keys, and a report whose arms are those four."""
+    """preset=mismatch on TINY, one seed, one step: six runs (2 algorithms x no correction, TIS, MIS on engine
+    log-probs from a bf16 sampler), tagged with the preset's swept keys, and a report of them."""
     result = gspo.subprocess("compare", "preset=mismatch", *TINY, "seed=0", "train.steps=1", "train.eval_every=0",
                              "logger.progress=false", f"output_dir={tmp_path / 'runs'}", "hydra.sweep.dir=sw",
                              cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in sorted((tmp_path / "runs").iterdir())]
-    arms = {(c["algo"]["name"], c["algo"]["old_logp_source"], c["rollout"]["dtype"]) for c in cfgs}
-    assert arms == {(a, s, "bfloat16") for a in ("grpo", "gspo") for s in ("recompute", "engine")}
-    assert all(any(t.startswith("algo.old_logp_source=") for t in c["logger"]["tags"]) for c in cfgs)
+    arms = {(c["algo"]["name"], c["algo"]["correction"]["kind"], c["algo"]["old_logp_source"], c["rollout"]["dtype"])
+            for c in cfgs}
+    assert arms == {(a, k, "engine", "bfloat16") for a in ("grpo", "gspo") for k in ("none", "tis", "mis")}
+    assert all(any(t.startswith("algo.correction.kind=") for t in c["logger"]["tags"]) for c in cfgs)
     report = (tmp_path / "sw" / "report" / "report.md").read_text()
     assert "gspo compare preset=mismatch" in report

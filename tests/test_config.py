@@ -5,7 +5,9 @@ round trip through config.yaml. The sweep presets parse and name real options.""
 from __future__ import annotations
 
 import itertools
+import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -25,11 +27,17 @@ def _options(group: str) -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in ROOT.joinpath(group).iterdir() if p.name.endswith(".yaml"))
 
 
+def _is_global(group: str, option: str) -> bool:
+    return ROOT.joinpath(group, f"{option}.yaml").read_text().startswith("# @package _global_")
+
+
 def _preset(group: str, option: str) -> dict:
-    """What <group>/<option>.yaml sets, with the presets its defaults list names merged in first."""
+    """What <group>/<option>.yaml sets to its group's node, with the presets its defaults list names merged in
+    first (a preset in the global package: its `group:` node)."""
     node = OmegaConf.load(str(ROOT.joinpath(group, f"{option}.yaml")))
     bases = [_preset(group, d) for d in node.pop("defaults", []) if d != "_self_"]
-    return OmegaConf.to_container(OmegaConf.merge(*bases, node))
+    own = node[group] if _is_global(group, option) else node
+    return OmegaConf.to_container(OmegaConf.merge(*bases, own))
 
 
 def _assert_preset_applied(cfg, group: str, option: str) -> None:
@@ -43,6 +51,11 @@ def _assert_preset_applied(cfg, group: str, option: str) -> None:
                 assert node[key] == value, f"{group}={option}: {path}{key}"
 
     check(cfg[group], _preset(group, option), "")
+    if _is_global(group, option):  # its other nodes too
+        node = OmegaConf.to_container(OmegaConf.load(str(ROOT.joinpath(group, f"{option}.yaml"))))
+        for other, values in node.items():
+            if other != group:
+                check(cfg[other], values, f"{other}.")
 
 
 ALL = [(g, o) for g in GROUPS for o in _options(g)]
@@ -84,8 +97,27 @@ def test_every_combination_of_options_composes():
 
 
 def test_algo_presets_carry_the_paper_clip_ranges():
-    got = {o: (_preset("algo", o)["clip_low"], _preset("algo", o)["clip_high"]) for o in ("grpo", "gspo", "gspo_token")}
-    assert got == {"grpo": (0.2, 0.27), "gspo": (3e-4, 4e-4), "gspo_token": (3e-4, 4e-4)}
+    names = ("grpo", "gspo", "gspo_token", "dapo", "gmpo", "cispo")
+    got = {o: (_preset("algo", o)["clip_low"], _preset("algo", o)["clip_high"]) for o in names}
+    assert got == {"grpo": (0.2, 0.27), "gspo": (3e-4, 4e-4), "gspo_token": (3e-4, 4e-4), "dapo": (0.2, 0.28),
+                   "gmpo": (0.4, 0.4), "cispo": (1.0, 5.0)}
+
+
+def test_family_presets_carry_their_papers_settings():
+    dapo, dr_grpo, sapo = (_preset("algo", o) for o in ("dapo", "dr_grpo", "sapo"))
+    assert dapo["options"] == {"aggregation": "token_mean"}
+    cfg = compose_config(["algo=dapo"])  # DAPO's rollout options, set by its preset
+    assert (cfg.rollout.dynamic_sampling, cfg.rollout.max_draws, cfg.rollout.overlong_buffer) == (True, 3, 0.2)
+    assert (dr_grpo["adv_scale"], dr_grpo["options"]) == ("none", {"aggregation": "seq_mean_token_sum_norm"})
+    assert (sapo["options"]["tau_pos"], sapo["options"]["tau_neg"]) == (1.0, 1.05)
+
+
+def test_readme_lists_every_algorithm_preset():
+    # The README's `algo=` row is the list users read first: it names exactly the presets (whose names the
+    # registry is held to in tests/test_algos_registry.py).
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `algo=` |"))
+    assert re.findall(r"`([a-z_]+)`", row.split("|")[2]) == _options("algo")
 
 
 SWEEPS = sorted(p.name for p in ROOT.joinpath("sweep").iterdir() if p.name.endswith(".yaml"))

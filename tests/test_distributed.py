@@ -136,6 +136,10 @@ def test_layouts_that_do_not_split_into_whole_groups_are_refused():
     vllm_tp = compose_config([*TINY, "rollout=vllm", "rollout.tensor_parallel_size=2"]).rollout
     with pytest.raises(GspoError, match=r"^rollout.tensor_parallel_size=2 with 2 processes: .*colocated"):
         check_layout(cfg.train, World(0, 2), vllm_tp)
+    dynamic = compose_config([*TINY, "algo=dapo"])  # DAPO's dynamic sampling: one process only
+    with pytest.raises(GspoError, match=r"^rollout.dynamic_sampling runs in one process only"):
+        check_layout(dynamic.train, World(0, 2), dynamic.rollout)
+    check_layout(dynamic.train, World(0, 1), dynamic.rollout)
     check_layout(cfg.train, World(0, 3))
     check_layout(cfg.train, World(0, 1))
 

@@ -139,8 +139,86 @@ def test_update_first_minibatch_is_on_policy_and_routing_drifts_only_without_rep
 
 
 def test_routing_replay_on_a_dense_model_is_one_line(gspo):
-    proc = gspo.subprocess("train", *TINY, "algo.routing_replay=true", "--cfg")
+    proc = gspo.subprocess("train", *TINY, "algo.routing_replay=trainer", "--cfg")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: algo.routing_replay=true needs a Mixture-of-Experts model and the embedded model is dense: "
+        "error: algo.routing_replay=trainer needs a Mixture-of-Experts model and the embedded model is dense: "
         "use model=tiny-moe (or an MoE through model=hf)"]
+
+
+def _moe_engine(dtype):
+    from gspo.evals.arith import ALPHABET
+    from gspo.trainer.models import build_char_tokenizer
+    from gspo.trainer.rollout import HFEngine
+
+    tokenizer = build_char_tokenizer(ALPHABET)
+    model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,
+                             num_kv_heads=1, seed=3, num_experts=8, experts_per_token=2, moe_intermediate_size=16).eval()
+    return model, HFEngine(model, tokenizer, temperature=1.0, top_p=1.0, max_new_tokens=6, batch_size=64,
+                           autocast_dtype=dtype, record_routing=True)
+
+
+class _Seen:
+    """The experts each router finally returned (after any replay: hooks run in order), per forward."""
+
+    def __init__(self, model):
+        self.calls: list[list[torch.Tensor]] = []
+        for i, router in enumerate(find_routers(model)):
+            router.register_forward_hook(lambda _m, _a, out, i=i: self.calls.append((i, out[2].clone())))
+
+
+def test_r3_replays_exactly_the_experts_the_bf16_sampler_chose():
+    model, engine = _moe_engine(torch.bfloat16)
+    rollout = engine.generate(["12+345=", "7*8=", "9+9=", "4021*3="] * 2, seed=5)
+    n, s = rollout.input_ids.shape
+    routing = rollout.routing  # [N, S, layers, k]
+    assert routing.shape == (n, s, 2, 2)
+    known = routing[..., 0, 0] >= 0  # [N, S]
+    assert not known[:, -1].any() and known[:, :-1].all()  # the last token was never forwarded by the sampler
+    # the prompt columns are what a plain bf16 forward of the prompts chooses (the sampler's prefill)
+    prompt = s - rollout.n_completion
+    seen = _Seen(model)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ids, attn = rollout.input_ids[:, :prompt], rollout.attention_mask[:, :prompt]
+        model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0))
+    for layer, experts in seen.calls:
+        on = attn.bool().reshape(-1)
+        assert torch.equal(experts[on], routing[:, :prompt, layer].reshape(-1, 2)[on])
+    # R3: the trainer's fp32 forwards replay them exactly, wherever the sampler forwarded the token
+    rec = RoutingRecorder(model, replay=True, source="rollout")
+    seen = _Seen(model)
+    rec.start_batch(rollout.attention_mask, rollout.routing)
+    with torch.no_grad(), rec.recording(slice(0, n)):
+        completion_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.n_completion)
+    use = (known & rollout.attention_mask.bool()).reshape(-1)
+    for layer, experts in seen.calls:
+        assert torch.equal(experts[use], routing[:, :, layer].reshape(-1, 2)[use])
+    # the update's forwards replay them too, and count the trainer's own choice against them
+    rec.updating(torch.arange(n), slice(None))
+    with torch.no_grad():
+        completion_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.n_completion)
+    rec.stop()
+    changed = rec.metrics()["moe/routing_changed_frac"]
+    assert 0.0 <= changed.item() <= 1.0
+
+
+def test_r2_and_r3_differ_with_a_bf16_sampler():
+    """Before any update, R2 compares the trainer with itself (0 changed); R3 compares it with the bf16 sampler,
+    whose routing differs on some token-layer decisions (the mismatch R3 removes)."""
+    model, engine = _moe_engine(torch.bfloat16)
+    rollout = engine.generate(["12+345=", "7*8=", "9+9=", "4021*3=", "55+66=", "3*9=", "100+1=", "8*8="] * 4, seed=2)
+    n = rollout.input_ids.shape[0]
+    figures = {}
+    for source in ("trainer", "rollout"):
+        rec = RoutingRecorder(model, replay=True, source=source)
+        rec.start_batch(rollout.attention_mask, rollout.routing)
+        with torch.no_grad(), rec.recording(slice(0, n)):
+            completion_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.n_completion)
+        rec.updating(torch.arange(n), slice(None))
+        with torch.no_grad():
+            completion_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.n_completion)
+        rec.stop()
+        figures[source] = rec.metrics()["moe/routing_changed_frac"].item()
+        rec.remove()
+    assert figures["trainer"] == 0.0
+    assert figures["rollout"] > 0.0, figures

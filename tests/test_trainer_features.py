@@ -176,3 +176,36 @@ def test_gspo_token_trains_like_gspo_and_grpo_does_not(gspo, tmp_path):
     for key in ("loss/policy", "clip/seq_frac", "clip/token_frac", "ratio/seq_mean", "optim/grad_norm"):
         assert rows["gspo_token"][key] == pytest.approx(rows["gspo"][key], rel=1e-4, abs=1e-7), key
     assert abs(rows["grpo"]["clip/token_frac"] - rows["gspo"]["clip/token_frac"]) > 0.01
+
+
+FAMILY = ("dapo", "dr_grpo", "cispo", "sapo", "gmpo")
+
+
+@pytest.mark.slow  # five short runs (~5 s each on TINY)
+def test_each_family_member_trains_through_gspo_train(gspo, tmp_path, monkeypatch):
+    """algo=<name> reaches the update under its own name and options, and its run logs every standard
+    metric of gspo.algos, finite, at each step."""
+    from gspo.algos import STANDARD_METRICS
+
+    calls = []
+    _spy(monkeypatch, update_module, "policy_loss", calls,
+         lambda name, **k: (name, k["clip_low"], k["clip_high"], k.get("aggregation"), k.get("tau_neg")))
+    for name in FAMILY:
+        run = gspo.train(tmp_path, name, f"seed={LEARNING_SEED}", "train.steps=2", "train.eval_every=0",
+                         f"algo={name}")
+        rows = [r for r in _rows(run / "metrics.jsonl") if "loss/policy" in r]
+        assert len(rows) == 2, name
+        for row in rows:
+            missing = [k for k in STANDARD_METRICS if k != "policy/kl_ref" and not math.isfinite(row.get(k, math.nan))]
+            assert not missing, (name, missing)
+            # DAPO's preset turns on its rollout options: B = 2 groups kept or refilled, the penalty logged
+            dapo = {"sampling/groups_kept", "sampling/groups_refilled", "reward/overlong_penalty"}
+            if name == "dapo":
+                assert row["sampling/groups_kept"] + row["sampling/groups_refilled"] == 2.0
+                assert row["sampling/groups_drawn"] == 2.0 * row["sampling/draws"] and row["reward/overlong_penalty"] <= 0
+            else:
+                assert not dapo & set(row), name
+    seen = {c[0]: c[1:] for c in calls}
+    assert seen == {"dapo": (0.2, 0.28, "token_mean", None), "dr_grpo": (0.2, 0.27, "seq_mean_token_sum_norm", None),
+                    "cispo": (1.0, 5.0, "token_mean", None), "sapo": (0.2, 0.28, "seq_mean_token_mean", 1.05),
+                    "gmpo": (0.4, 0.4, None, None)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from gspo.algos import estimate, get, get_estimator
+from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.conf.errors import GspoError
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.task_types import Task
@@ -31,9 +31,19 @@ def check_algorithm(algo, task: Task) -> None:
         spec.make_options(dict(algo.options))
     except (TypeError, ValueError) as e:
         raise GspoError(f"algo.options: {e}") from None
+    if algo.clip_low >= 1 and not spec.no_lower_bound:
+        raise GspoError(f"algo.clip_low={algo.clip_low}: {algo.name} needs clip_low < 1 (only a weight's clip, as "
+                        "cispo's, may drop its lower bound)")
     if estimator.per_token and not spec.token_advantages:
         raise GspoError(f"algo.advantage={algo.advantage} gives per-token advantages, which {algo.name} does not take: "
                         "use algo=gspo_token_step (GSPO-token)")
+    c = algo.correction
+    if c.kind != "none" and algo.old_logp_source != "engine":
+        raise GspoError(f"algo.correction.kind={c.kind} corrects the sampler's log-probs toward the trainer's: it needs "
+                        f"algo.old_logp_source=engine (got {algo.old_logp_source})")
+    if c.kind != "none" and c.level == "token" and not spec.token_advantages:
+        raise GspoError(f"algo.correction.level=token weights each token's term, and {algo.name} weights whole "
+                        "sequences: use algo.correction.level=sequence")
     if estimator.needs_steps and not task.has_steps:
         raise GspoError(f"algo.advantage={algo.advantage} needs a task whose worked steps are graded "
                         f"(task=arith); task {task.name} grades whole answers")
@@ -66,3 +76,23 @@ def step_tensors(graded: list[list[tuple[int, float]]], rollout: Rollout, tokeni
             rewards[i, t] += reward if not ends[i, t] else 0.0
             ends[i, t] = True
     return rewards.to(mask.device), ends.to(mask.device)
+
+
+def corrected(algo, advantages: Tensor, old_logp: Tensor, rollout: Rollout) -> tuple[Tensor, Tensor, dict]:
+    """(advantages, the old log-probs the loss uses, correction/* metrics) under `algo.correction`.
+
+    Without a correction the loss's old log-probs are the sampler's where algo.old_logp_source=engine, else
+    the trainer's. With one they are the trainer's (`old_logp`), and the sampler's enter only through the
+    weights c (gspo.algos.corrections), which scale the advantages: per token ([N, T]) or per sequence.
+    """
+    c = algo.correction
+    if c.kind == "none":
+        return advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp, {}
+    weights, metrics = correction_weights(old_logp=old_logp, engine_logp=rollout.engine_logp,
+                                          mask=rollout.completion_mask, kind=c.kind, level=c.level, cap=c.cap,
+                                          low=c.low, high=c.high)  # [N, T] (token) or [N] (sequence)
+    if weights.dim() == 2 and advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)  # [N, 1]: one advantage per sequence, spread over its tokens
+    elif weights.dim() == 1 and advantages.dim() == 2:
+        weights = weights.unsqueeze(-1)
+    return advantages * weights, old_logp, metrics

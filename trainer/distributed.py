@@ -120,6 +120,9 @@ def check_layout(train, world: World, rollout=None) -> None:
     if b % world.size:
         raise GspoError(f"train.prompts_per_step={b} groups do not divide across {world.size} processes: every rank "
                         f"takes the same number of whole groups; use a multiple of {world.size}")
+    if rollout is not None and rollout.dynamic_sampling:
+        raise GspoError("rollout.dynamic_sampling runs in one process only (each rank generates its own groups, so "
+                        "which to keep and refill would be one rank's choice); use one process or turn it off")
     if train.on_nonfinite == "skip":
         raise GspoError("train.on_nonfinite=skip runs in one process only (a skipped batch would be one rank's); "
                         "use train.on_nonfinite=stop with several processes")

@@ -23,7 +23,8 @@ def make_engine(cfg, model, tokenizer):
     if r.engine == "hf":
         return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                         batch_size=r.batch_size, want_logprobs=cfg.algo.old_logp_source == "engine",
-                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler)
+                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler,
+                        record_routing=cfg.algo.routing_replay == "rollout")
     if r.engine == "vllm":
         try:
             engine_class = vllm_engine.VLLMEngine  # resolved on first use: imports vLLM

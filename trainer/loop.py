@@ -25,7 +25,7 @@ from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer import distributed, fsdp
-from gspo.trainer.advantages import check_algorithm, rollout_advantages
+from gspo.trainer.advantages import check_algorithm, corrected, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
@@ -38,11 +38,12 @@ from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
-from gspo.trainer.rollout import Rollout, concat_rollouts
+from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import SET_ASIDE, RunDir, checkpoint_step, default_run_id, missing_steps, read_jsonl
+from gspo.trainer.sampling import Sampled, format_prompts, sample_batch
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
-from gspo.trainer.task_types import Item, Task, prompt_text
+from gspo.trainer.task_types import Task
 from gspo.trainer.tasks import build_task
 from gspo.trainer.update import Batch, old_logprobs, to_host, update
 
@@ -57,6 +58,9 @@ def train(cfg, log=print) -> Path:
     clean = False
     try:
         distributed.check_layout(cfg.train, world, cfg.rollout)
+        if world.size > 1 and cfg.algo.routing_replay == "rollout":
+            raise GspoError("algo.routing_replay=rollout (R3) runs in one process only for now; use one process, or "
+                            "algo.routing_replay=trainer (R2) with several")
         fsdp.check(cfg, world)
         precision_name = checked_precision(cfg, device)
         require_engine(cfg.rollout)
@@ -88,8 +92,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     # rank 0 first: a cold start or hub download is made once, the other ranks read the cache
     model, tokenizer = distributed.main_first(
         lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
-    if cfg.algo.routing_replay and not find_routers(model):
-        raise GspoError(f"algo.routing_replay=true needs a Mixture-of-Experts model: {cfg.model.name} has no "
+    if cfg.algo.routing_replay != "none" and not find_routers(model):
+        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
                         "top-k router modules")
     model.to(device)
     if cfg.train.compile:
@@ -117,7 +121,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None,
                                shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)
-        routing = RoutingRecorder(model, replay=cfg.algo.routing_replay)  # after the reference: policy only
+        replay = cfg.algo.routing_replay  # none, trainer (R2) or rollout (R3): whose experts are compared and replayed
+        routing = RoutingRecorder(model, replay=replay != "none", source="rollout" if replay == "rollout" else "trainer")
         collapse = _collapse_detector(cfg, task, run)
         conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
         optim = Optim(precision, optimizer, scheduler)
@@ -245,13 +250,6 @@ def _reference(cfg, model, log, *, resumed: bool, shard=None):
     return ref
 
 
-def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:
-    """Prompt texts, each repeated `repeat` times; with `chat`, in the tokenizer's chat template with the
-    item's system message, as `gspo eval` builds benchmark prompts."""
-    texts = [prompt_text(tokenizer, it.prompt, it.system, chat=chat) for it in items]
-    return [t for t in texts for _ in range(repeat)]
-
-
 @dataclass(frozen=True)
 class StepConfig:
     """The parts of the config one step reads (the config's own typed nodes: algo, train, rollout)."""
@@ -293,17 +291,10 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
     generates and grades its own groups, then every rank holds the whole batch and the scoring and update
     forwards are dealt out (trainer/distributed.py): the update and the row are the whole batch's."""
     precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
-    t0 = time.perf_counter()
-    items = task.train_items(seed=conf.seed, step=step, n=conf.train.prompts_per_step)
-    prompts = format_prompts(engine.tokenizer, items, chat=conf.chat, repeat=G)
+    # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced)
+    sampled = sample_batch(step, conf, engine, task, precision.device, world)
+    rollout, rewards, items, prompts = sampled.rollout, sampled.rewards, sampled.items, sampled.prompts
     golds = [it.gold for it in items for _ in range(G)]
-    groups = distributed.group_range(conf.train.prompts_per_step, world)  # [distributed] this rank's groups
-    mine = slice(groups.start * G, groups.stop * G)
-    # row i of the step samples with seed + i whichever rank generates it
-    rollout = engine.generate(prompts[mine], seed=step_seed(conf.seed, step, "rollout") + mine.start).to(precision.device)
-    t_gen = time.perf_counter()
-    rewards = torch.tensor(task.rewards(rollout.texts, golds[mine]), device=precision.device)  # [N]
-    rollout, rewards = _whole_batch(rollout, rewards, world, engine.tokenizer.pad_token_id)  # [distributed]
     t1 = time.perf_counter()
     try:
         check_finite("reward", rewards)
@@ -313,8 +304,9 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
                                                    algo=algo, train=conf.train, sampling=conf.sampling,
                                                    routing=policy.routing, world=world)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
-        batch = Batch(rollout, advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp,
-                      ref_logp, lengths, policy.routing)
+        # a mismatch correction scales the advantages; the loss's old log-probs are the sampler's or the trainer's
+        advantages, loss_old_logp, correction = corrected(algo, advantages, old_logp, rollout)
+        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, policy.routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
         metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
@@ -326,29 +318,21 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
     finally:
         engine.sync_weights(policy.model)
     t2 = time.perf_counter()
-    times = {"generate": t_gen - t0, "grade": t1 - t_gen, "old_logp": t_scored - t1, "updates": t2 - t_scored}
-    row = step_row(task.name, G, rewards, rollout, entropy, metrics, times)
+    times = {**sampled.times, "old_logp": t_scored - t1, "updates": t2 - t_scored}  # generate, grade: every round's
+    row = step_row(task.name, G, sampled, entropy, metrics | to_host(correction), times)
     if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step))
+    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, conf.samples_per_step))
     return row
 
 
-def _whole_batch(rollout: Rollout, rewards: torch.Tensor, world: World, pad_id: int) -> tuple[Rollout, torch.Tensor]:
-    """[distributed] Every rank's graded rows, in rank (= row) order, padded as one process pads its
-    generation chunks (prompts left to the widest, completions right): the step's whole batch on every rank."""
-    if world.size == 1:
-        return rollout, rewards
-    parts = distributed.gather_objects((rollout.to(torch.device("cpu")), rewards.cpu()), world)
-    whole = concat_rollouts([r for r, _ in parts], pad_id).to(rewards.device)
-    return whole, torch.cat([w for _, w in parts]).to(rewards.device)
-
-
-def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy, update_metrics: dict,
+def step_row(task_name: str, group_size: int, sampled: Sampled, entropy, update_metrics: dict,
              times: dict[str, float]) -> dict:
-    """A step's metrics row: rewards, completion lengths, the policy's entropy, the update's metrics and
+    """A step's metrics row: the task's rewards (reward/frac_zero_std_groups: of the rewards the advantages
+    saw), completion lengths, the policy's entropy, the sampling options' metrics, the update's metrics and
     the step's timings (`times`: seconds of generate, grade, old_logp, updates), read to the host here."""
+    rollout, rewards = sampled.rollout, sampled.task_rewards
     mask = rollout.completion_mask
     lengths = mask.sum(-1)
     step_s = sum(times.values())
@@ -356,11 +340,12 @@ def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item(),
         f"reward/{task_name}": rewards.mean().item(),
-        "reward/frac_zero_std_groups": frac_zero_std_groups(rewards, group_size).item(),
+        "reward/frac_zero_std_groups": frac_zero_std_groups(sampled.rewards, group_size).item(),
         "completion/len_mean": lengths.mean().item(),
         "completion/len_max": lengths.max().item(),
         "completion/truncated_frac": rollout.truncated.float().mean().item(),
         "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
+        **sampled.metrics,
         **update_metrics,
         "time/rollout_s": times["generate"] + times["grade"],
         "time/update_s": times["old_logp"] + times["updates"],

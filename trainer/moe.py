@@ -17,6 +17,14 @@ forward. A forward hook on every router:
     so the router still receives gradient, as the paper's baseline does.
 The selection of rows and columns stays set until the next one, so a backward pass that recomputes a
 checkpointed forward replays the same experts.
+
+That is R2 (`algo.routing_replay=trainer`): the experts replayed are the trainer's own old-policy choice.
+R3 (`algo.routing_replay=rollout`; Ma et al. 2025, "Rollout Routing Replay", arXiv 2510.11370) replays the
+experts the *sampler* chose while it decoded (`DecodeRouting`, recorded by the hf engine in whatever
+precision it samples), in the old-log-prob forward as in the update's, so the trainer's forwards see the
+routing that produced the tokens. A position the sampler never forwarded (a completion's last token, whose
+output predicts nothing scored) holds -1: there the router keeps its own choice and nothing is counted.
+`moe/routing_changed_frac` is measured against what the mode replays.
 """
 
 from __future__ import annotations
@@ -50,12 +58,55 @@ def changed_decisions(current: Tensor, recorded: Tensor) -> Tensor:
     return (current.sort(dim=-1).values != recorded.sort(dim=-1).values).any(dim=-1)
 
 
-class RoutingRecorder:
-    """Records, compares and optionally replays expert choices over one rollout batch (see module doc)."""
+SOURCES = ("trainer", "rollout")  # R2: the old policy's scoring forward; R3: the sampler's decoding
 
-    def __init__(self, model: nn.Module, *, replay: bool):
+
+class DecodeRouting:
+    """The experts every router of `model` chose during one decoding (the hf engine's lean loop): the prefill
+    forward over [N, P] prompt tokens, then one [N, 1] forward per new token. `experts(width)` gives them as
+    [N, width, layers, k] over the rollout's columns, -1 where nothing was forwarded."""
+
+    def __init__(self, model: nn.Module):
         self.routers = find_routers(model)
-        self.replay = replay
+        self._index = {id(r): i for i, r in enumerate(self.routers)}
+        self._forwards: list[list[Tensor | None]] = []  # per forward: per router [N, s, k]
+        self._n = 0
+
+    def __enter__(self) -> DecodeRouting:
+        self._hooks = [r.register_forward_hook(self._hook) for r in self.routers]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._hooks:
+            h.remove()
+
+    def next_forward(self, n: int) -> None:
+        """The next model forward covers `n` rows."""
+        self._n = n
+        self._forwards.append([None] * len(self.routers))
+
+    def experts(self, width: int) -> Tensor:
+        """[N, width, layers, k] long: column c holds the experts of the forward that read token c."""
+        cols = [torch.stack(f, dim=2) for f in self._forwards]  # each [N, s, layers, k]
+        seen = torch.cat(cols, dim=1)[:, :width]
+        missing = width - seen.shape[1]
+        return torch.nn.functional.pad(seen, (0, 0, 0, 0, 0, missing), value=-1)
+
+    def _hook(self, router: nn.Module, args, output):
+        experts = output[2]  # [L, k] over the forward's flattened tokens
+        self._forwards[-1][self._index[id(router)]] = experts.detach().view(self._n, -1, experts.shape[-1]).clone()
+
+
+class RoutingRecorder:
+    """Records, compares and optionally replays expert choices over one rollout batch (see module doc).
+    `source`: whose experts are replayed and compared with, the trainer's old-policy forward (R2) or the
+    sampler's decoding (R3, the rollout's `routing`)."""
+
+    def __init__(self, model: nn.Module, *, replay: bool, source: str = "trainer"):
+        if source not in SOURCES:
+            raise ValueError(f"unknown routing source {source!r}; known: {', '.join(SOURCES)}")
+        self.routers = find_routers(model)
+        self.replay, self.source = replay, source
         self._mode = "off"
         self._index = {id(r): i for i, r in enumerate(self.routers)}
         self._recorded: list[Tensor] = []  # per router: [N, S, k] expert ids of the rollout batch
@@ -68,19 +119,27 @@ class RoutingRecorder:
     def is_moe(self) -> bool:
         return bool(self.routers)
 
-    def start_batch(self, attention_mask: Tensor) -> None:
-        """A new rollout batch [N, S]: forget what was recorded for the previous one."""
+    def start_batch(self, attention_mask: Tensor, sampled: Tensor | None = None) -> None:
+        """A new rollout batch [N, S]: forget what was recorded for the previous one. R3: `sampled`, the
+        rollout's routing [N, S, layers, k], is what is replayed."""
         n, s = attention_mask.shape
         k = self.routers[0].top_k if self.routers else 0
-        self._recorded = [torch.zeros(n, s, k, dtype=torch.long, device=attention_mask.device) for _ in self.routers]
+        if self.source == "rollout":
+            if sampled is None:
+                raise ValueError("routing replay from the rollout needs the sampler's experts (rollout.routing)")
+            self._recorded = [sampled[:, :, i].to(attention_mask.device) for i in range(len(self.routers))]
+        else:
+            self._recorded = [torch.zeros(n, s, k, dtype=torch.long, device=attention_mask.device)
+                              for _ in self.routers]
         self._attended = attention_mask.bool()
         self._changed = torch.zeros((), device=attention_mask.device)
         self._total = torch.zeros((), device=attention_mask.device)
 
     @contextmanager
     def recording(self, rows: slice):
-        """Forwards inside record the experts of rollout rows `rows` (all columns)."""
-        with self._in("record", (rows, slice(None))):
+        """Forwards inside (the old log-probs' scoring) record the experts of rollout rows `rows` (all columns);
+        R3: they replay the sampler's instead, uncounted."""
+        with self._in("record" if self.source == "trainer" else "replay", (rows, slice(None))):
             yield
 
     def updating(self, rows: Tensor, cols: slice) -> None:
@@ -92,8 +151,9 @@ class RoutingRecorder:
 
     def share(self, world) -> None:
         """[distributed] After a scoring pass dealt across ranks: every rank's recorded rows on every rank
-        (each rank recorded its chunks into zeros)."""
-        distributed.sum_tensors(self._recorded, world)
+        (each rank recorded its chunks into zeros). R3's came whole with the rollout: nothing to share."""
+        if self.source == "trainer":
+            distributed.sum_tensors(self._recorded, world)
 
     def metrics(self, world=None) -> dict[str, Tensor]:
         """moe/routing_changed_frac (share of attended token-layer decisions whose top-k set changed
@@ -114,8 +174,10 @@ class RoutingRecorder:
     def _load_max(self, layer: int) -> Tensor:
         experts = self._recorded[layer]  # [N, S, k]
         n_experts = self.routers[layer].num_experts
-        weight = self._attended.unsqueeze(-1).expand(experts.shape).float()  # padding routes nowhere
-        counts = torch.zeros(n_experts, device=experts.device).scatter_add_(0, experts.flatten(), weight.flatten())
+        # padding routes nowhere; R3's unforwarded positions (-1) count nowhere either
+        weight = (self._attended.unsqueeze(-1).expand(experts.shape) & (experts >= 0)).float()
+        counts = torch.zeros(n_experts, device=experts.device).scatter_add_(0, experts.clamp(min=0).flatten(),
+                                                                             weight.flatten())
         return counts.max() / counts.sum().clamp(min=1) * n_experts
 
     @contextmanager
@@ -137,9 +199,12 @@ class RoutingRecorder:
             store[rows] = experts.view(-1, store.shape[1], store.shape[2])
             return None
         recorded = self._recorded[layer][rows][:, cols].reshape(experts.shape)
-        attended = self._attended[rows][:, cols].reshape(-1)
-        self._changed += (changed_decisions(experts, recorded) & attended).sum()
-        self._total += attended.sum()
+        known = recorded[:, 0] >= 0  # [L] R3: -1 where the sampler forwarded nothing; the router keeps its choice
+        recorded = torch.where(known.unsqueeze(-1), recorded, experts)
+        if self._mode == "update":
+            attended = self._attended[rows][:, cols].reshape(-1) & known
+            self._changed += (changed_decisions(experts, recorded) & attended).sum()
+            self._total += attended.sum()
         if not self.replay:
             return None
         gates = replay_gates(logits, recorded, normalize=getattr(router, "norm_topk_prob", True))

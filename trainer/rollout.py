@@ -9,6 +9,7 @@ hide the real end of each answer from the loss (tiny-grpo's bug).
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 
 from gspo.trainer import fsdp
 from gspo.trainer.logprobs import sampling_logits
+from gspo.trainer.moe import DecodeRouting
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Rollout:
     truncated: torch.Tensor  # [N] bool: no eos within max_new_tokens
     engine_logp: torch.Tensor | None = None  # [N, T] the sampler's log-probs of the chosen tokens
     engine_entropy: torch.Tensor | None = None  # [N, T] the sampler's entropy at each completion position
+    routing: torch.Tensor | None = None  # [N, P+T, layers, k] MoE: the experts the sampler chose per token, -1 where none (R3)
 
     @property
     def n_completion(self) -> int:
@@ -39,6 +42,13 @@ class Rollout:
         move = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
                 if isinstance(getattr(self, f.name), torch.Tensor)}
         return dataclasses.replace(self, **move)
+
+    def select(self, rows: list[int]) -> Rollout:
+        """The rollout's rows `rows`, in that order (widths unchanged)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.completion_mask.device)
+        pick = {f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, texts=[self.texts[i] for i in rows], **pick)
 
 
 def eos_ids_of(model, tokenizer) -> list[int]:
@@ -71,8 +81,9 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int,
                  batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None,
-                 sampler: str = "lean"):
+                 sampler: str = "lean", record_routing: bool = False):
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
+        self.record_routing = record_routing  # MoE, lean sampler: keep the experts each decoding forward chose (R3)
         # a sampler in lower precision than the trainer (rollout.dtype): the mismatch inference engines have
         self.autocast_dtype = autocast_dtype
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
@@ -114,13 +125,16 @@ class HFEngine:
         # (Qwen3 ships top_k=20, top_p=0.95, ...), so the neutral config stands in for it during the call:
         # the sampler must draw from softmax(logits / T) (with top-p) exactly, as the trainer scores it
         self.model.generation_config = config
-        engine_logp = engine_entropy = None
+        engine_logp = engine_entropy = routing = None
         try:
             with torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
                 if self.sampler == "lean":
-                    completion, engine_logp, engine_entropy = self._decode(enc.input_ids, enc.attention_mask,
-                                                                           sampler=sampler,
-                                                                           max_new_tokens=max_new_tokens)
+                    with DecodeRouting(self.model) if self.record_routing else nullcontext() as experts:
+                        completion, engine_logp, engine_entropy = self._decode(
+                            enc.input_ids, enc.attention_mask, sampler=sampler, max_new_tokens=max_new_tokens,
+                            experts=experts)
+                    if experts is not None:
+                        routing = experts.experts(enc.input_ids.shape[1] + completion.shape[1])
                 else:
                     out = self.model.generate(**enc, generation_config=config, synced_gpus=fsdp.is_sharded(self.model),
                                               logits_processor=LogitsProcessorList([sampler] if sampler else []))
@@ -142,10 +156,12 @@ class HFEngine:
             truncated=truncated,
             engine_logp=engine_logp * mask if engine_logp is not None else None,
             engine_entropy=engine_entropy * mask if engine_entropy is not None else None,
+            routing=routing,
         )
 
     def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, sampler: RowSampler | None,
-                max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+                max_new_tokens: int, experts: DecodeRouting | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """The lean sampling loop: [N, P] left-padded prompts -> completion ids [N, T] (pad after a row's
         eos; T <= max_new_tokens, shorter when every row ended), and when sampling (`sampler` given; None is
         greedy) the chosen tokens' log-probs [N, T] and the entropies [N, T] of the sampling distribution.
@@ -160,6 +176,8 @@ class HFEngine:
         eos = torch.tensor(self.eos_ids, device=input_ids.device)
         position = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
+        if experts is not None:
+            experts.next_forward(n)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         position = position[:, -1:]
@@ -182,6 +200,8 @@ class HFEngine:
                 break
             attention_mask = torch.cat([attention_mask, ones], dim=1)
             position = position + 1
+            if experts is not None:
+                experts.next_forward(n)
             out = self.model(input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=position,
                              past_key_values=cache, use_cache=True)
         completion = torch.stack(tokens, dim=1)
@@ -274,4 +294,14 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         engine_logp=torch.cat([pad_t(r.engine_logp) for r in parts]) if parts[0].engine_logp is not None else None,
         engine_entropy=(torch.cat([pad_t(r.engine_entropy) for r in parts])
                         if parts[0].engine_entropy is not None else None),
+        routing=(torch.cat([_fit_columns(r.routing, r.input_ids.shape[1] - r.n_completion, p, t) for r in parts])
+                 if parts[0].routing is not None else None),
     )
+
+
+def _fit_columns(routing: torch.Tensor, n_prompt: int, p: int, t: int) -> torch.Tensor:
+    """[N, P+T, layers, k] -> [N, p+t, layers, k]: prompt columns padded left, completion right, with -1."""
+    left, right = routing[:, :n_prompt], routing[:, n_prompt:]
+    left = torch.nn.functional.pad(left, (0, 0, 0, 0, p - left.shape[1], 0), value=-1)
+    right = torch.nn.functional.pad(right, (0, 0, 0, 0, 0, t - right.shape[1]), value=-1)
+    return torch.cat([left, right], dim=1)

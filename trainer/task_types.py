@@ -38,9 +38,10 @@ class Task:
     _score: Scorer
     _steps: StepGrader | None = None  # grades each worked step (the `step` advantage estimator)
 
-    def train_items(self, *, seed: int, step: int, n: int) -> list[Item]:
-        """The `n` prompts of training step `step`; the same for the same (seed, step)."""
-        return self._draw(random.Random(f"{seed}:train:{step}"), n)
+    def train_items(self, *, seed: int, step: int, n: int, draw: int = 0) -> list[Item]:
+        """The `n` prompts of training step `step`; the same for the same (seed, step). `draw` k > 0: the k-th
+        further round of the step (dynamic sampling's refills), its own prompts from (seed, step, k)."""
+        return self._draw(random.Random(f"{seed}:train:{step}" + (f":{draw}" if draw else "")), n)
 
     def rewards(self, responses: list[str], golds: list[str]) -> list[float]:
         """Rewards of a batch of responses, in order (a code task grades them in parallel)."""

@@ -299,7 +299,7 @@ def score(model, rollout: Rollout, *, precision: Precision, train, sampling, wit
     n, width = rollout.input_ids.shape[0], rollout.n_completion
     rows = train.micro_batch_size or max(1, n // train.minibatches)
     if routing is not None:
-        routing.start_batch(rollout.attention_mask)
+        routing.start_batch(rollout.attention_mask, rollout.routing)  # R3: the sampler's experts, from the rollout
     logp = rollout.completion_mask.new_zeros(n, width, dtype=torch.float32)
     ent = torch.zeros_like(logp) if with_entropy else None
     starts = list(range(0, n, rows))

@@ -1,0 +1,83 @@
+"""GMPO: the geometric mean of token-level clipped ratios (Zhao et al. 2025, "Geometric-Mean Policy
+Optimization", arXiv 2507.20673, eq. 4).
+
+    r_it = pi(y_it | x, y_i<t) / pi_old(y_it | x, y_i<t)
+    J    = 1/G sum_i sgn(A_i) [prod_t |min(r_it A_i, clip(r_it, e^-eps_lo, e^eps_hi) A_i)|]^(1/|y_i|)
+         = 1/G sum_i A_i exp(1/|y_i| sum_t l~_it)
+
+with, in log space (l_it = log r_it), the sign-aware clip that min() amounts to:
+
+    l~_it = min(l_it, clip(l_it, -eps_lo, eps_hi))   if A_i > 0   (only the upper bound acts)
+    l~_it = max(l_it, clip(l_it, -eps_lo, eps_hi))   if A_i < 0   (only the lower bound acts)
+
+So `clip_low` / `clip_high` are bounds on the LOG ratio (the paper: (-0.4, 0.4), a ratio band
+(e^-0.4, e^0.4) = (0.67, 1.49)), not on 1 -/+ eps as in GRPO. A clipped token loses its gradient; the
+others get s_i A_i / |y_i| (s_i the clipped geometric mean), the same sequence weight for all of them,
+as in GSPO. The loss is -J. Departures and choices:
+- One weight per sequence, never weighted by length: no aggregation option, as GSPO (verl's geo_mean).
+- A_i = 0 contributes 0 and is never clipped. The mean log-ratio is bounded above by MAX_LOG_RATIO (10)
+  before exp(), as GSPO's.
+- Optional k3 KL to a reference: each sequence's mean per-token KL averaged over sequences, as GSPO's.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from .common import (
+    MAX_LOG_RATIO,
+    SEQ_MEAN_TOKEN_MEAN,
+    STANDARD_METRICS,
+    aggregate,
+    check_inputs,
+    clip_metrics,
+    finish,
+    masked_sum,
+    ratio_metrics,
+    seq_lengths,
+    seq_mean,
+    token_log_ratio,
+    valid_tokens,
+)
+from .registry import register
+
+
+@register("gmpo", metrics=STANDARD_METRICS)
+def gmpo_loss(
+    *,
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float,
+    clip_high: float,
+    ref_logp: Tensor | None = None,
+    kl_beta: float = 0.0,
+    seq_denominator: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GMPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
+    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
+                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
+    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
+    sign = torch.sign(advantages).unsqueeze(-1)  # [N, 1]
+    # l~_it = sgn(A_i) min(sgn(A_i) l_it, sgn(A_i) clip(l_it, -eps_lo, eps_hi))   (0 where A_i = 0)
+    clipped = sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-clip_low, clip_high))
+    # s_i = exp(1/|y_i| sum_t l~_it)
+    seq_ratio = torch.exp((masked_sum(clipped, mask, dim=-1) / seq_lengths(mask)).clamp(max=MAX_LOG_RATIO))
+    # J_i = A_i s_i; a row with no completion token adds 0
+    objective = torch.where(valid_tokens(mask).any(dim=-1), advantages * seq_ratio, torch.zeros_like(seq_ratio))
+    # J = 1/G sum_i J_i
+    policy_loss = -seq_mean(objective, seq_denominator=seq_denominator)
+
+    adv = advantages.unsqueeze(-1)
+    low, high = (adv < 0) & (log_ratio < -clip_low), (adv > 0) & (log_ratio > clip_high)
+    band = (log_ratio < -clip_low) | (log_ratio > clip_high)
+    metrics = clip_metrics(low=low, high=high, band=band, mask=mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
+    reduce_tokens = partial(aggregate, mask=mask, aggregation=SEQ_MEAN_TOKEN_MEAN, max_len=None,
+                            seq_denominator=seq_denominator, token_denominator=None)
+    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
+                  kl_beta=kl_beta)
