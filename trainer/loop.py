@@ -296,7 +296,7 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
     if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step))
+    loggers.samples(_samples(step, prompts, rollout, rewards, golds, conf.samples_per_step, task.grader))
     return row
 
 
@@ -336,10 +336,10 @@ def step_row(task_name: str, group_size: int, rewards, rollout: Rollout, entropy
     }
 
 
-def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int) -> list[dict]:
+def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int, grader: str) -> list[dict]:
     return [
         {"step": step, "prompt": prompts[i], "completion": rollout.texts[i], "gold": golds[i],
-         "reward": float(rewards[i]), "truncated": bool(rollout.truncated[i])}
+         "reward": float(rewards[i]), "truncated": bool(rollout.truncated[i]), "grader": grader}
         for i in range(min(k, len(prompts)))
     ]
 
