@@ -33,6 +33,7 @@ from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.errors import GspoError
+from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.trainer.report.runs import SWEEP_RUNS, load_run, sweep_runs
@@ -49,7 +50,7 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir.
     `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output)."""
     register_configs()
-    overrides = [a for a in args if a not in MULTIRUN]
+    overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     check_sweep_overrides(overrides, command)
     check_launcher(overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S")
