@@ -35,6 +35,8 @@ def print_report(report: Report) -> None:
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"report: {report.out_dir / 'report.html'} (also report.md, summary.csv, {len(report.files) - 3} plots)")
+    if report.wandb_note:
+        typer.echo(report.wandb_note, err=True)
     if len(report.headline):
         typer.echo(f"{report.headline_title}:")
         for row in report.headline.itertuples(index=False):

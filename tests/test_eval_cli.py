@@ -209,8 +209,10 @@ def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
     shutil.copytree(finished_run, run)
     result = gspo.subprocess("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true", "logger.wandb=offline")
     assert result.returncode == 0, result.stderr[-2000:]
-    logs = [p for p in (run / "wandb").glob("offline-run-*/run-*.wandb")]
-    assert len(logs) == 1
+    logs = [p for p in (run / "eval" / "wandb").glob("offline-run-*/run-*.wandb")]
+    assert len(logs) == 1 and not (run / "wandb").exists()  # apart from the training run's own wandb/
+    folder = logs[0].parent
+    assert f"W&B offline run: {folder}; upload it with: wandb sync {folder}\n" in result.stderr
     records = read_records(logs[0])
     (record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (record.run_group, record.job_type) == ("finished", "eval")  # the training run's own group

@@ -192,6 +192,7 @@ def test_report_logs_plots_and_summary_to_wandb_when_on(gspo, sweep_dir, tmp_pat
     result = gspo.invoke("report", str(sweep_dir), "--out", str(out), "--wandb", "offline")
     assert result.exit_code == 0, (result.exception, result.output)
     (files,) = out.glob("wandb/offline-run-*/files")
+    assert f"W&B offline run: {files.parent}; upload it with: wandb sync {files.parent}\n" in result.stderr
     pngs = sorted(out.glob("*.png"))
     assert len(list(files.glob("media/images/report/*.png"))) == len(pngs) > 0
     assert len(list(files.glob("media/table/report/summary_*.table.json"))) == 1

@@ -129,9 +129,11 @@ def run_eval(cfg, log=print) -> Path:
         results, rows, samples = eval_benchmarks(cfg, engine, benches, step)
         loggers.evals(rows, samples)
     finally:
-        loggers.close()
+        note = loggers.close()
     for name, metrics in results.items():
         log(f"{name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
+    if note:
+        log(note)
     return out_dir
 
 

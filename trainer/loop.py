@@ -164,7 +164,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         status, error, extra = distributed.final_status(run, status, error, world)
         run.set_status(status, **({"error": error} if error else {}), **extra)
         if loggers is not None:
-            loggers.close(0 if status == "finished" else 1)
+            note = loggers.close(0 if status == "finished" else 1)
+            if note:
+                log(note)
     return run.path
 
 

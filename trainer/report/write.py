@@ -28,6 +28,7 @@ class Report:
     headline_title: str
     files: list[Path]
     notes: list[str]  # what the report left out or could not use, also written into the report
+    wandb_note: str | None = None  # where the report's offline W&B run is and the `wandb sync` command
 
 
 def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs") -> Report:
@@ -48,12 +49,11 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     summary = summary_frame(arms, keys, heads)
     summary.to_csv(out_dir / "summary.csv", index=False)
     mode = report_wandb_mode(wandb, runs)
-    if mode != "disabled":
-        log_report(mode, runs, out_dir, plots, summary)
+    wandb_note = log_report(mode, runs, out_dir, plots, summary) if mode != "disabled" else None
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *(p for _, p in plots)]
     first = heads[0] if heads else None
     table = arm_table(arms, first) if first else pd.DataFrame()
-    return Report(out_dir, table, first.title if first else "", files, notes)
+    return Report(out_dir, table, first.title if first else "", files, notes, wandb_note)
 
 
 def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> list[Block]:
