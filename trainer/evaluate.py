@@ -16,6 +16,7 @@ from gspo.trainer.engines import make_engine
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.models import pick_device
 from gspo.trainer.policy import load_policy
+from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir
 from gspo.trainer.seeds import step_seed
@@ -68,12 +69,14 @@ def load_benches(cfg) -> list:
     return benches
 
 
-def eval_benchmarks(cfg, engine, benches: list, step: int | None) -> tuple[dict, list[dict], list[dict]]:
+def eval_benchmarks(cfg, engine, benches: list, step: int | None,
+                    progress: bool = False) -> tuple[dict, list[dict], list[dict]]:
     """The one benchmark eval of `gspo train` (periodic) and `gspo eval`: `engine` on each benchmark, as
     `cfg.eval` and `cfg.rollout` say, drawing from (seed, step) as the run's periodic eval at `step` does.
 
     Returns (metrics per benchmark name, evals.jsonl rows, eval_samples.jsonl rows); every row says how
-    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems."""
+    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems. `progress`: a
+    bar per benchmark, problems done / total (not inside the training bar, which says "eval" itself)."""
     greedy = cfg.eval.greedy
     how = {"step": step, "model": cfg.model.name, "temperature": 0.0 if greedy else cfg.rollout.temperature,
            "top_p": cfg.rollout.top_p, "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens}
@@ -83,24 +86,42 @@ def eval_benchmarks(cfg, engine, benches: list, step: int | None) -> tuple[dict,
                         "set model.chat_template=false")
     metrics, rows, samples = {}, [], []
     for bench in benches:
-        metrics[bench.name], graded = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
-                                                     workers=cfg.eval.workers, max_new_tokens=how["max_new_tokens"],
-                                                     greedy=greedy)
+        with Progress(len(bench.problems), enabled=progress, label=f"eval {bench.name}", stats=lambda _: "problems") as bar:
+            metrics[bench.name], graded = eval_benchmark(
+                engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
+                max_new_tokens=how["max_new_tokens"], greedy=greedy, chunk=cfg.rollout.batch_size, done=bar.advance)
         samples += [{"step": step, **s} for s in graded]
         rows += eval_rows(bench.name, metrics[bench.name], n_problems=len(bench.problems), k=cfg.eval.k, **how)
     return metrics, rows, samples
 
 
 def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int = 1,
-                   max_new_tokens: int | None = None, greedy: bool = False) -> tuple[dict[str, float], list[dict]]:
+                   max_new_tokens: int | None = None, greedy: bool = False, chunk: int | None = None,
+                   done=None) -> tuple[dict[str, float], list[dict]]:
     """Sample k completions per problem of `bench`, grade them with the benchmark's own grader.
 
     Returns (metrics, sample rows). The graders are the ones `gspo grade` and the training reward use.
+    Problems are generated and graded `chunk` completions at a time (the engines' own batch, so the same
+    batches; prompt i draws with seed + i either way), `done(by=n)` told after each chunk's n problems.
     """
     prompts = _bench_prompts(engine.tokenizer, bench.problems, chat=chat, k=k)
-    texts = engine.generate(prompts, seed=seed, max_new_tokens=max_new_tokens, greedy=greedy).texts
+    per_chunk = max(1, (chunk or len(prompts)) // k)  # whole problems
     verdicts, samples = [], []
-    for i, problem in enumerate(bench.problems):
+    for first in range(0, len(bench.problems), per_chunk):
+        problems = bench.problems[first : first + per_chunk]
+        texts = engine.generate(prompts[first * k : (first + len(problems)) * k], seed=seed + first * k,
+                                max_new_tokens=max_new_tokens, greedy=greedy).texts
+        verdicts_, samples_ = _grade_chunk(bench, problems, texts, k, workers)
+        verdicts += verdicts_
+        samples += samples_
+        if done is not None:
+            done(by=len(problems))
+    return bench.score(verdicts, k), samples
+
+
+def _grade_chunk(bench, problems: list, texts: list[str], k: int, workers: int) -> tuple[list, list[dict]]:
+    verdicts, samples = [], []
+    for i, problem in enumerate(problems):
         responses = texts[i * k : (i + 1) * k]
         graded = bench.grade(problem, responses, workers=workers)
         verdicts.append(graded)
@@ -108,7 +129,7 @@ def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int
         samples.extend({"benchmark": bench.name, "id": problem.id, "sample": j, "response": r, "gold": problem.gold,
                         **extra, "correct": v.correct, "verdict": v.verdict}
                        for j, (r, v) in enumerate(zip(responses, graded, strict=True)))
-    return bench.score(verdicts, k), samples
+    return verdicts, samples
 
 
 def run_eval(cfg, log=print) -> Path:
@@ -126,7 +147,7 @@ def run_eval(cfg, log=print) -> Path:
     engine = make_engine(cfg, model, tokenizer)
     loggers = Loggers(RunDir(out_dir), cfg, OmegaConf.to_container(cfg, resolve=True), job_type="eval")
     try:
-        results, rows, samples = eval_benchmarks(cfg, engine, benches, step)
+        results, rows, samples = eval_benchmarks(cfg, engine, benches, step, progress=cfg.logger.progress)
         loggers.evals(rows, samples)
     finally:
         note = loggers.close()

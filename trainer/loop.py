@@ -121,19 +121,22 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
         # collectives) every rank evaluates and rank 0 alone writes
         evaluates = world.main or sharded
-        if start == 0 and evaluates:
-            row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
-            loggers.metrics(0, row0)
-            _watch(collapse, cfg, run, 0, row0, log)
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
             say = bar.wrap(log)
+            if start == 0 and evaluates:
+                bar.phase("eval at step 0")
+                row0 = _evaluate(cfg, engine, task, benches, 0, loggers, say)
+                loggers.metrics(0, row0)
+                _watch(collapse, cfg, run, 0, row0, say)
             for step in range(start + 1, cfg.train.steps + 1):
+                bar.phase(None)
                 try:
                     row = train_step(step, conf, policy, optim, task, loggers, world=world)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
                 if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+                    bar.phase(f"eval at step {step}")
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
                 stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
