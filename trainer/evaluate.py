@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.evals.benchmarks.types import is_count
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer import fsdp
 from gspo.trainer.engines import make_engine
@@ -32,11 +34,16 @@ def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, gr
     return out
 
 
-def eval_rows(benchmark: str, metrics: dict[str, float], **settings) -> list[dict]:
-    """evals.jsonl rows, one per metric, each saying how it was made. `settings`: step, model, n_problems,
-    k (samples per problem), temperature (0: greedy), top_p, max_new_tokens. Training evals and
-    `gspo eval` write the same names: pass@1, avg@k, pass@k, n_problems (the benchmark's own score)."""
-    return [{"benchmark": benchmark, "metric": m, "value": v, **settings} for m, v in metrics.items()]
+def eval_rows(benchmark: str, metrics: dict[str, float], *, source: str, **settings) -> list[dict]:
+    """evals.jsonl rows, one per metric, each saying how it was made and what it is over. `settings`: step,
+    model, k (samples per problem), temperature (0: greedy), top_p, max_new_tokens, n_problems. Training
+    evals and `gspo eval` write the same names: pass@1, avg@k, pass@k. The counts of the score (n_problems:
+    problems graded, n_skipped...) are fields of each row, not rows; `source`: "train" (a periodic eval of
+    the run) or "gspo eval"; `time`: when the eval ended (UTC, ISO 8601)."""
+    counts = {m: int(v) for m, v in metrics.items() if is_count(m)}
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return [{"benchmark": benchmark, "metric": m, "value": v, **settings, **counts, "source": source, "time": when}
+            for m, v in metrics.items() if not is_count(m)]
 
 
 def task_eval_rows(name: str, metrics: dict[str, float], *, temperature: float, **settings) -> list[dict]:
@@ -69,8 +76,8 @@ def load_benches(cfg) -> list:
     return benches
 
 
-def eval_benchmarks(cfg, engine, benches: list, step: int | None,
-                    progress: bool = False) -> tuple[dict, list[dict], list[dict]]:
+def eval_benchmarks(cfg, engine, benches: list, step: int | None, progress: bool = False,
+                    source: str = "train") -> tuple[dict, list[dict], list[dict]]:
     """The one benchmark eval of `gspo train` (periodic) and `gspo eval`: `engine` on each benchmark, as
     `cfg.eval` and `cfg.rollout` say, drawing from (seed, step) as the run's periodic eval at `step` does.
 
@@ -91,7 +98,7 @@ def eval_benchmarks(cfg, engine, benches: list, step: int | None,
                 engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
                 max_new_tokens=how["max_new_tokens"], greedy=greedy, chunk=cfg.rollout.batch_size, done=bar.advance)
         samples += [{"step": step, **s} for s in graded]
-        rows += eval_rows(bench.name, metrics[bench.name], n_problems=len(bench.problems), k=cfg.eval.k, **how)
+        rows += eval_rows(bench.name, metrics[bench.name], source=source, k=cfg.eval.k, **how)
     return metrics, rows, samples
 
 
@@ -147,7 +154,8 @@ def run_eval(cfg, log=print) -> Path:
     engine = make_engine(cfg, model, tokenizer)
     loggers = Loggers(RunDir(out_dir), cfg, OmegaConf.to_container(cfg, resolve=True), job_type="eval")
     try:
-        results, rows, samples = eval_benchmarks(cfg, engine, benches, step, progress=cfg.logger.progress)
+        results, rows, samples = eval_benchmarks(cfg, engine, benches, step, progress=cfg.logger.progress,
+                                                 source="gspo eval")
         loggers.evals(rows, samples)
     finally:
         note = loggers.close()

@@ -11,6 +11,7 @@ import netrc
 import os
 from pathlib import Path
 
+from gspo.evals.benchmarks.types import is_count
 from gspo.trainer.rundir import RunDir
 
 
@@ -58,7 +59,11 @@ class Loggers:
         for sample in samples:
             self.run.append("eval_samples.jsonl", sample)
         if self.wandb is not None and self.job_type == "eval":
-            self.wandb.log({f"eval/{r['benchmark']}/{r['metric']}": r["value"] for r in rows})
+            logged = {}
+            for r in rows:  # the value, and the counts it is over, as training logs them
+                logged[f"eval/{r['benchmark']}/{r['metric']}"] = r["value"]
+                logged |= {f"eval/{r['benchmark']}/{c}": r[c] for c in r if is_count(c)}
+            self.wandb.log(logged)
 
     def samples(self, rows: list[dict]) -> None:
         for row in rows:

@@ -356,7 +356,7 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     task_metrics = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy)
     loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
                                  max_new_tokens=cfg.rollout.max_new_tokens, step=step, model=cfg.model.name,
-                                 top_p=cfg.rollout.top_p))
+                                 top_p=cfg.rollout.top_p, source="train"))
     bench_metrics, rows, samples = eval_benchmarks(cfg, engine, benches, step)
     loggers.evals(rows, samples)
     results = {task.name: task_metrics, **bench_metrics}
