@@ -35,7 +35,7 @@ def schema_keys() -> tuple[str, ...]:
     return tuple(walk(_schema(), ""))
 
 
-def _free_form(key: str) -> bool:
+def free_form(key: str) -> bool:
     """Whether `key` is a dict node of the schema that takes any key (eval.paths, algo.options)."""
     node = OmegaConf.select(_schema(), key, default=None) if key else None
     return isinstance(node, DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(node))
@@ -45,7 +45,7 @@ def unknown_key(key: str, value: str | None = None) -> str:
     """One line for a key the config does not have, with the fix: `+` for a new key of a free-form node,
     else the nearest key of the schema."""
     parent = key.rpartition(".")[0]
-    if _free_form(parent):
+    if free_form(parent):
         assigned = f"+{key}={value}" if value is not None else f"+{key}=..."
         return f"{key}: no such key in the config yet; {parent} takes new keys with a leading +: {assigned}"
     near = difflib.get_close_matches(key, schema_keys(), n=1, cutoff=0.8)
