@@ -8,6 +8,7 @@ train.steps=50`). The report goes to <sweep>/report.
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 
 import typer
@@ -55,6 +56,7 @@ def compare_cmd(
     default; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then write the
     report and print its headline table."""
     name, rest = pick_preset(list(overrides or []))
-    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]))
+    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]), report_hint=False)
     out = sweep_dir / "report"
-    print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip()))
+    print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip(),
+                              progress=sys.stderr.isatty()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def report_cmd(
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}",
-                          wandb=wandb)
+                          wandb=wandb, progress=sys.stderr.isatty())
     print_report(report)
 
 

@@ -46,9 +46,11 @@ MULTIRUN = ("-m", "--multirun")
 INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
-def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train") -> Path:
-    """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir.
-    `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output)."""
+def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
+              report_hint: bool = True) -> Path:
+    """Run every job of the sweep; print where the runs are and (`report_hint`; not when the caller writes the
+    report itself, as `gspo compare` does) the report command. Returns the sweep dir. `command` "eval": each
+    job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output)."""
     register_configs()
     overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     check_sweep_overrides(overrides, command)
@@ -68,7 +70,8 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     typer.echo(f"sweep finished: {len(runs)} run(s), listed in {sweep_dir / SWEEP_RUNS}/")
     for run in runs:
         typer.echo(f"  {run}")
-    typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
+    if report_hint:
+        typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
     return sweep_dir
 
 

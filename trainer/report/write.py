@@ -31,15 +31,16 @@ class Report:
     wandb_note: str | None = None  # where the report's offline W&B run is and the `wandb sync` command
 
 
-def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs") -> Report:
-    """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py)."""
+def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False) -> Report:
+    """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
+    bar over the plots, the long part."""
     runs, notes = load_runs(paths)
     arms = group_arms(runs)
     task = runs[0].config.get("task.name", "arith")
     heads = [h for h in headlines(task) if any(h.metric in r.metrics for r in runs)]
     keys = label_keys(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(arms, task, out_dir)
+    plots = write_plots(arms, task, out_dir, progress)
     notes = _notes(runs, notes)
     blocks = _setup(runs, arms, keys, command) + _results(arms, heads)
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
