@@ -114,12 +114,12 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress:
             opt.zero_grad(set_to_none=True)
             recent = [*recent[1 - spec.sft_eval_every :], loss.item()]
             mean_loss = sum(recent) / len(recent)
-            bar.advance({"loss": mean_loss, "accuracy": accuracy})
+            # above this loss the sampled accuracy is ~0: sampling the dev set would only cost time
+            if step % spec.sft_eval_every == 0 and mean_loss < spec.sft_eval_max_loss:
+                accuracy = _accuracy(engine, dev, seed=spec.sft_seed + step)
+            bar.advance({"loss": mean_loss, "accuracy": accuracy})  # the bar shows this step's check
             if step % spec.sft_eval_every:
                 continue
-            # above this loss the sampled accuracy is ~0: sampling the dev set would only cost time
-            if mean_loss < spec.sft_eval_max_loss:
-                accuracy = _accuracy(engine, dev, seed=spec.sft_seed + step)
             say(f"cold start: step {step} loss {mean_loss:.3f} dev sampled accuracy {accuracy:.2f} (stops at "
                 f"{spec.sft_target_accuracy:.2f}; sampled once the loss is below {spec.sft_eval_max_loss})")
             if accuracy >= spec.sft_target_accuracy:
