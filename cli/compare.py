@@ -8,6 +8,7 @@ train.steps=50`). The report goes to <sweep>/report.
 
 from __future__ import annotations
 
+import sys
 from importlib import resources
 
 import typer
@@ -62,6 +63,7 @@ def compare_cmd(
     report and print its headline table."""
     name, rest = pick_preset(list(overrides or []))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),
-                          preset_params=sweep_params(presets()[name]))
+                          preset_params=sweep_params(presets()[name]), report_hint=False)
     out = sweep_dir / "report"
-    print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip()))
+    print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip(),
+                              progress=sys.stderr.isatty()))

@@ -80,7 +80,8 @@ def train(
     from gspo.trainer.loop import train as run_training
 
 
-    log = _log if not quiet else (lambda m: _log(m) if m.startswith("interrupted:") else None)  # always say how to resume
+    # always say how to resume, and where an offline W&B run is
+    log = _log if not quiet else (lambda m: _log(m) if m.startswith(("interrupted:", "W&B offline run:")) else None)
     try:
         run_dir = run_training(config, log=log)
     except KeyboardInterrupt as e:  # Typer would make any interrupt exit 130

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def report_cmd(
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}",
-                          wandb=wandb)
+                          wandb=wandb, progress=sys.stderr.isatty())
     print_report(report)
 
 
@@ -35,6 +36,8 @@ def print_report(report: Report) -> None:
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"report: {report.out_dir / 'report.html'} (also report.md, summary.csv, {len(report.files) - 3} plots)")
+    if report.wandb_note:
+        typer.echo(report.wandb_note, err=True)
     if len(report.headline):
         typer.echo(f"{report.headline_title}:")
         for row in report.headline.itertuples(index=False):

@@ -38,6 +38,7 @@ from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.errors import GspoError
+from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.trainer.report.runs import SWEEP_PLAN, SWEEP_RUNS, load_run, sweep_job, sweep_runs
@@ -51,14 +52,15 @@ INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
 def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
-              preset_params: dict[str, str] | None = None) -> Path:
-    """Run every job of the sweep; print where the runs are and the report command. Returns the sweep dir.
+              preset_params: dict[str, str] | None = None, report_hint: bool = True) -> Path:
+    """Run every job of the sweep; print where the runs are and (`report_hint`; not when the caller writes the
+    report itself, as `gspo compare` does) the report command. Returns the sweep dir.
     `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output).
     A training sweep run again with the same folder (hydra.sweep.dir=) and overrides resumes it: the
     sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones resumed.
     `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN)."""
     register_configs()
-    overrides = [a for a in args if a not in MULTIRUN]
+    overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     resume = [a for a in overrides if a.startswith("resume=")]
     overrides = [a for a in overrides if not a.startswith("resume=")]
     check_sweep_overrides(overrides, command)
@@ -89,7 +91,8 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     typer.echo(f"sweep finished: {len(runs)} run(s), listed in {sweep_dir / SWEEP_RUNS}/")
     for run in runs:
         typer.echo(f"  {run}")
-    typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
+    if report_hint:
+        typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
     return sweep_dir
 
 

@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.choices import check_choices, near_hint
 from gspo.conf.errors import GspoError
+from gspo.conf.keys import bare_lists, check_flags, sweep_hint, unknown_key
 from gspo.conf.ranges import check_numbers
 from gspo.conf.resume import eval_run_config, expand_resume_dir, resume_config
 from gspo.conf.schema import Config, register_configs
@@ -32,7 +33,8 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
     """The resolved config for `overrides` (Hydra syntax: `algo=grpo train.steps=5`); with `resume=true`
     (or `resume=<run dir>`), the run's own saved config with the overrides a resume may make. `command`
     "eval": with `eval.run=<run dir>`, that run's saved config with the eval's overrides (run_config)."""
-    overrides = expand_resume_dir(list(overrides or []))
+    check_flags(list(overrides or []), command)
+    overrides = bare_lists(expand_resume_dir(list(overrides or [])))
     for value in [o.partition("=")[2] for o in overrides if o.startswith(("run_id=", "+run_id="))]:
         check_run_id(value)  # before Hydra's grammar meets a name it cannot lex (unicode, spaces)
     register_configs()
@@ -50,7 +52,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
             cfg = resume_config(cfg, overrides)
         cfg = run_config(cfg, overrides, command)
     except (MissingConfigException, ConfigCompositionException, HydraException, OmegaConfBaseException) as e:
-        raise GspoError(_one_line(e)) from None
+        raise GspoError(_one_line(e, overrides, command)) from None
     finally:
         GlobalHydra.instance().clear()
     validate_config(cfg, algorithms)
@@ -93,18 +95,25 @@ def _check_missing(cfg: DictConfig) -> None:
         raise GspoError(f"config value required but not set: {', '.join(missing)} (e.g. {missing[0]}=...)")
 
 
-def _one_line(e: Exception) -> str:
-    """Hydra's multi-line errors folded into one line that names the group, key or value."""
+def _one_line(e: Exception, overrides: list[str], command: str) -> str:
+    """Hydra's multi-line errors folded into one line that names the group, key or value, and the fix
+    where there is one (conf/keys.py)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
     head = lines[0]
+    unknown = re.match(r"Could not override '(.+)'", head)
+    if unknown:
+        key = unknown[1]
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key), None)
+        return unknown_key(key, value)
+    hint = sweep_hint(head, command)
+    if hint:
+        return hint
     if any(ln.startswith("Available options") for ln in lines):
         start = next(i for i, ln in enumerate(lines) if ln.startswith("Available options")) + 1
         opts = [ln for ln in lines[start:] if not ln.startswith(("Config search path", "provider="))]
         missing = re.search(r"Could not find '[^/']+/([^']+)'", head)
         hint = near_hint(missing.group(1), opts) if missing else ""
         return f"{head} (available: {', '.join(opts)}){hint}"
-    if head.startswith("Could not override"):
-        return f"{head.rstrip('.')}: no such key in the config"
     cause = e.__cause__ or e.__context__
     if cause is not None:
         first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
@@ -122,7 +131,7 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
     typed = dataclasses.is_dataclass(OmegaConf.get_type(schema))
     for key in node:
         if typed and key not in schema.keys():
-            raise GspoError(f"unknown config key {prefix}{key} (see gspo train --cfg for the keys)")
+            raise GspoError(unknown_key(f"{prefix}{key}"))
         child = node._get_node(key)
         sub = schema._get_node(key) if typed else None
         if isinstance(child, DictConfig) and isinstance(sub, DictConfig):
@@ -137,8 +146,7 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
     t, r = cfg.train, cfg.rollout
     if t.group_size < 2:
         raise GspoError(f"train.group_size={t.group_size}: group advantages need at least 2 completions per prompt")
-    if t.prompts_per_step < 1 or t.steps < 0:
-        raise GspoError("train.prompts_per_step must be >= 1 and train.steps >= 0")
+    check_numbers(cfg)  # each range error names the one key that is out of range
     n = t.prompts_per_step * t.group_size
     if t.minibatches < 1 or n % t.minibatches:
         raise GspoError(
@@ -148,14 +156,8 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
     mb = n // t.minibatches
     if t.micro_batch_size is not None and (t.micro_batch_size < 1 or mb % t.micro_batch_size):
         raise GspoError(f"train.micro_batch_size={t.micro_batch_size} does not divide the minibatch of {mb} sequences")
-    if t.save_every < 0 or t.keep_checkpoints < 0 or t.eval_every < 0:
-        raise GspoError("train.save_every, train.keep_checkpoints and train.eval_every must be >= 0")
-    if t.epochs < 1 or t.lr <= 0 or t.max_grad_norm <= 0:
-        raise GspoError("train.epochs must be >= 1, train.lr > 0 and train.max_grad_norm > 0")
     if not (0 < cfg.algo.clip_low <= 1 and cfg.algo.clip_high > 0):  # 1 (no lower bound): cispo only, trainer checks
         raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low <= 1 and clip_high > 0")
-    if r.temperature <= 0 or not (0 < r.top_p <= 1) or r.max_new_tokens < 1:
-        raise GspoError("rollout: need temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1")
     if cfg.model.lora.r < 0 or not 0 <= cfg.model.lora.dropout < 1:
         raise GspoError("model.lora: need r >= 0 (0: no LoRA) and 0 <= dropout < 1")
     if cfg.model.lora.r > 0 and r.engine == "vllm":
@@ -170,12 +172,9 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
     if replay == "rollout" and (cfg.rollout.engine != "hf" or cfg.rollout.sampler != "lean"):
         raise GspoError("algo.routing_replay=rollout replays the experts the hf engine's lean sampler records while it "
                         f"decodes: use rollout=hf rollout.sampler=lean (got {cfg.rollout.engine}, {cfg.rollout.sampler})")
-    check_numbers(cfg)  # after the checks above, whose messages say more
     _check_paths(cfg)
     if cfg.task.kind in ("math", "code") and not cfg.task.dataset:
         raise GspoError(f"task.dataset is required for a {cfg.task.kind} task: a Hugging Face id or a local .jsonl")
-    if cfg.task.eval_size < 1:
-        raise GspoError("task.eval_size must be >= 1")
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")

@@ -40,10 +40,11 @@ LEARNING_SEED = 10  # with TINY, a group of step 1 includes a right and a wrong 
 
 # Keys that measure the machine, not the run: excluded when runs are compared for equality.
 TIMING_PREFIXES = ("time/", "throughput/")
+TIMING_KEYS = ("time",)  # when an evals.jsonl row was written
 
 
 def without_timing(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES) and k not in TIMING_KEYS} for r in rows]
 
 
 def _offline_env(cache: Path) -> dict[str, str]:

@@ -35,9 +35,10 @@ def test_eval_run_checkpoint_on_aime_writes_rows_and_samples(gspo, finished_run,
     assert result.exit_code == 0, (result.exception, result.output)
     rows = _rows(run / "evals.jsonl")[before:]
     by_metric = {r["metric"]: r for r in rows}
-    assert {"avg@2", "pass@1", "pass@2", "n_problems"} <= set(by_metric)
+    assert set(by_metric) == {"avg@2", "pass@1", "pass@2"}  # the counts are fields, not metric rows
     for r in rows:
         assert r["benchmark"] == "aime24" and r["k"] == 2 and r["n_problems"] == 3 and r["step"] == 2
+        assert r["n_skipped"] == 0 and r["source"] == "gspo eval" and r["time"].endswith("+00:00")
         assert r["model"] == "tiny" and r["max_new_tokens"] == 8  # the run's model, at its checkpoint's step
     assert 0.0 <= by_metric["avg@2"]["value"] <= by_metric["pass@2"]["value"] <= 1.0
     samples = _rows(run / "eval_samples.jsonl")
@@ -100,7 +101,7 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     result = gspo.invoke("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true")
     assert result.exit_code == 0, (result.exception, result.output)
     rows = {r["metric"]: r for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and "sample" not in r}
-    assert rows["n_problems"]["value"] == 8
+    assert rows["pass@1"]["n_problems"] == 8
     assert rows["pass@1"]["value"] == pytest.approx(trainer_accuracy, abs=0)
     samples = _rows(run / "eval_samples.jsonl")
     assert sorted(s["id"] for s in samples) == sorted(it.prompt for it in task.eval_items)
@@ -168,9 +169,15 @@ def test_periodic_eval_and_gspo_eval_write_identical_rows(gspo, tmp_path):
     assert result.exit_code == 0, (result.exception, result.output)
     evaluated = _rows(run / "evals.jsonl")[len(training):]
     samples = _rows(run / "eval_samples.jsonl")[len(training_samples):]
-    assert {r["metric"] for r in evaluated} >= {"pass@1", "pass@8", "avg@8", "n_problems"}
-    assert all(r["step"] == 2 and r["temperature"] == 1.0 and r["k"] == 8 for r in evaluated)
-    assert training[-len(evaluated):] == evaluated
+    assert {r["metric"] for r in evaluated} == {"pass@1", "pass@8", "avg@8"}
+    assert all(r["step"] == 2 and r["temperature"] == 1.0 and r["k"] == 8 and r["n_problems"] == 8 for r in evaluated)
+    assert {r["source"] for r in training} == {"train"} and {r["source"] for r in evaluated} == {"gspo eval"}
+    assert training[-1]["time"] <= evaluated[0]["time"]
+
+    def how(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in ("source", "time")} for r in rows]
+
+    assert how(training[-len(evaluated):]) == how(evaluated)
     assert training_samples[-len(samples):] == samples and len(samples) == 8 * 8
     assert 0 < sum(s["correct"] for s in samples) < len(samples)  # the values compared are not all 0 or all 1
 
@@ -209,16 +216,18 @@ def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
     shutil.copytree(finished_run, run)
     result = gspo.subprocess("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true", "logger.wandb=offline")
     assert result.returncode == 0, result.stderr[-2000:]
-    logs = [p for p in (run / "wandb").glob("offline-run-*/run-*.wandb")]
-    assert len(logs) == 1
+    logs = [p for p in (run / "eval" / "wandb").glob("offline-run-*/run-*.wandb")]
+    assert len(logs) == 1 and not (run / "wandb").exists()  # apart from the training run's own wandb/
+    folder = logs[0].parent
+    assert f"W&B offline run: {folder}; upload it with: wandb sync {folder}\n" in result.stderr
     records = read_records(logs[0])
     (record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (record.run_group, record.job_type) == ("finished", "eval")  # the training run's own group
     history = history_by_step(records)
     logged = {k: v for step in history.values() for k, v in step.items() if k.startswith("eval/")}
-    rows = {r["metric"]: r["value"] for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and r["step"] == 2
-            and r["metric"] in ("pass@1", "n_problems")}
-    assert logged["eval/arith/pass@1"] == rows["pass@1"] and logged["eval/arith/n_problems"] == rows["n_problems"] == 8
+    (row,) = [r for r in _rows(run / "evals.jsonl") if r["benchmark"] == "arith" and r["step"] == 2
+              and r["metric"] == "pass@1" and r["source"] == "gspo eval"]
+    assert logged["eval/arith/pass@1"] == row["value"] and logged["eval/arith/n_problems"] == row["n_problems"] == 8
 
 
 def test_unreachable_hub_fails_at_once_with_one_line(gspo, tmp_path):

@@ -68,7 +68,7 @@ def test_eval_local_model_on_three_benchmarks_graded_for_real(gspo, finished_run
     scores = {(r["benchmark"], r["metric"]): r["value"] for r in evals}
     for bench in FILES:
         assert scores[(bench, "pass@1")] == 0.5, (bench, scores)
-        assert scores[(bench, "n_problems")] == 2
+        assert {r["n_problems"] for r in evals if r["benchmark"] == bench} == {2}
     assert {r["model"] for r in evals} == {str(model)} and {r["step"] for r in evals} == {None}
     assert {r["temperature"] for r in evals} == {0.0}
     assert len(asked) == 6 and sum(any(k in p for k in ANSWERS) for p in asked) == 3

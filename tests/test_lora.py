@@ -63,3 +63,19 @@ def test_target_modules_the_model_lacks_is_one_clear_error(cold_start):
     with pytest.raises(GspoError, match=r"^model.lora.target_modules: the model has no linear module named c_attn "
                                         r"\(it has: down_proj, gate_proj, k_proj"):
         load_policy(cfg)
+
+
+def test_adding_adapters_warns_nothing():
+    """peft's use of transformers' deprecated `is_gradient_checkpointing` is not the user's to fix."""
+    import warnings
+
+    from gspo.evals.arith import ALPHABET
+    from gspo.trainer.lora import add_lora
+    from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+
+    model = build_tiny_qwen3(len(build_char_tokenizer(ALPHABET)), hidden_size=32, num_layers=1, intermediate_size=64,
+                             num_heads=2, num_kv_heads=1, seed=0)
+    lora = type("Lora", (), {"r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj"]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        assert hasattr(add_lora(model, lora), "peft_config")

@@ -350,3 +350,35 @@ def test_row_sampler_never_draws_a_zero_probability_token_at_the_top_of_the_cdf(
     monkeypatch.setattr(rollout, "row_uniforms", lambda seeds, step: torch.full(seeds.shape, 1 - 2**-53, dtype=torch.float64))
     sampler = rollout.RowSampler([0, 1], torch.device("cpu"), temperature=1.0, top_p=1.0)
     assert sampler.draw(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.1, 0.2, 0.7, 0.0]])).tolist() == [1, 2]
+
+
+def test_lean_sampler_warns_nothing_and_draws_what_the_old_keyword_drew(tiny):
+    """transformers 5.x deprecates `past_key_values=` with a FutureWarning in every process: the decoding
+    loop passes the KV cache by the keyword the forward names (`cache` there), with the same tokens."""
+    import warnings
+
+    model, tokenizer = tiny
+    engine = _engine(model, tokenizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        new = engine.generate(PROMPTS * 2, seed=5)
+    if engine.cache_keyword == "cache":  # an older transformers has only past_key_values
+        engine.cache_keyword = "past_key_values"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            old = engine.generate(PROMPTS * 2, seed=5)
+        assert torch.equal(new.input_ids, old.input_ids) and torch.equal(new.engine_logp, old.engine_logp)
+
+
+def test_a_lora_model_is_asked_through_its_base():
+    """PeftModel.forward takes **kwargs: the keyword is the base model's."""
+    import inspect
+
+    from peft import LoraConfig, get_peft_model
+
+    from gspo.trainer.rollout import cache_keyword
+
+    model, _ = _tiny()
+    lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))
+    expected = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    assert cache_keyword(lora) == cache_keyword(model) == expected

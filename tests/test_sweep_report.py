@@ -178,7 +178,8 @@ def test_eval_rows_say_how_they_were_made_and_grade_reads_our_own_files(gspo, sw
     assert result.exit_code == 0, (result.exception, result.output)
     evaluated = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()][len(training):]
     assert [(r["step"], r["temperature"]) for r in training] == [(0, 1.0), (0, 0.0), (2, 1.0), (2, 0.0)]
-    assert {r["metric"] for r in training} == {"pass@1"} and {"pass@1", "n_problems"} <= {r["metric"] for r in evaluated}
+    assert {r["metric"] for r in training} == {"pass@1"} and {r["metric"] for r in evaluated} == {"pass@1", "avg@1"}
+    assert {r["source"] for r in training} == {"train"} and {r["source"] for r in evaluated} == {"gspo eval"}
     assert all((r["top_p"], r["max_new_tokens"], r["k"]) == (1.0, 16, 1) for r in training)
     assert all((r["temperature"], r["top_p"], r["max_new_tokens"], r["k"]) == (0.0, 1.0, 12, 1) for r in evaluated)
     for name, n in (("samples.jsonl", 2 * 4), ("eval_samples.jsonl", 8)):  # samples_per_step x steps; eval_size
@@ -193,6 +194,7 @@ def test_report_logs_plots_and_summary_to_wandb_when_on(gspo, sweep_dir, tmp_pat
     result = gspo.invoke("report", str(sweep_dir), "--out", str(out), "--wandb", "offline")
     assert result.exit_code == 0, (result.exception, result.output)
     (files,) = out.glob("wandb/offline-run-*/files")
+    assert f"W&B offline run: {files.parent}; upload it with: wandb sync {files.parent}\n" in result.stderr
     pngs = sorted(out.glob("*.png"))
     assert len(list(files.glob("media/images/report/*.png"))) == len(pngs) > 0
     assert len(list(files.glob("media/table/report/summary_*.table.json"))) == 1

@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import LEARNING_SEED
+from conftest import LEARNING_SEED, TINY
 
 from gspo.trainer.loggers import wandb_mode
 from gspo.trainer.rundir import read_jsonl
@@ -97,9 +97,27 @@ def _wait_for_exit_record(log: Path, timeout: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def wandb_run(gspo, tmp_path_factory) -> Path:
-    return gspo.train(tmp_path_factory.mktemp("wandb"), "wb", f"seed={LEARNING_SEED}", "train.steps=2",
-                      "logger=wandb", "logger.wandb=offline")
+def wandb_train(gspo, tmp_path_factory):
+    """(run folder, the command's Result) of a TINY run logging to W&B offline."""
+    out = tmp_path_factory.mktemp("wandb")
+    result = gspo.invoke("train", "-q", *TINY, f"output_dir={out}", "run_id=wb", f"seed={LEARNING_SEED}",
+                         "train.steps=2", "logger=wandb", "logger.wandb=offline")
+    assert result.exit_code == 0, (result.exception, result.output)
+    return out / "wb", result
+
+
+@pytest.fixture(scope="module")
+def wandb_run(wandb_train) -> Path:
+    return wandb_train[0]
+
+
+def test_the_run_ends_saying_where_its_offline_run_is_and_how_to_sync_it(wandb_train):
+    """One line, even under -q: W&B keeps an offline run silently, and `wandb sync` is what uploads it."""
+    run, result = wandb_train
+    (folder,) = run.glob("wandb/offline-run-*")
+    # in-process the weight-loading bars print too (the console script's main turns them off)
+    assert result.stderr.endswith(f"\nW&B offline run: {folder}; upload it with: wandb sync {folder}\n")
+    assert result.stderr.count("W&B") == 1
 
 
 def test_offline_run_log_holds_the_metrics(wandb_run):

@@ -43,7 +43,7 @@ def code_task(cfg) -> Task:
                                cfg.eval_size)
     score = partial(_rewards, problems, fraction=cfg.code_reward == "fraction", timeout_s=cfg.timeout_s,
                     workers=cfg.workers)
-    return Task(name=cfg.name, eval_items=held_out, _draw=uniform_draw(items), _score=score)
+    return Task(name=cfg.name, eval_items=held_out, _draw=uniform_draw(items), _score=score, grader="code")
 
 
 def _rewards(problems: dict[str, Problem], responses: list[str], golds: list[str], *, fraction: bool,

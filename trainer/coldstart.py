@@ -24,6 +24,7 @@ import torch
 
 from gspo.evals.arith import ALPHABET, ArithProblem, grade_arith, make_split
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3, cache_root
+from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import HFEngine
 
 FORMAT_VERSION = 1  # bump when the task text, tokenizer or recipe changes meaning
@@ -61,15 +62,16 @@ class ColdStartSpec:
 
 
 def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
-                    log: Callable[[str], None] = print) -> Path:
-    """The folder of the cold-started model for `spec`, building it first if it is not cached."""
+                    log: Callable[[str], None] = print, *, progress: bool = False) -> Path:
+    """The folder of the cold-started model for `spec`, building it first if it is not cached (`progress`:
+    a bar to the step bound)."""
     final = cache_root(cache_dir) / "coldstart" / spec.key()
     if (final / "coldstart.json").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     try:
-        _build(spec, tmp, log)
+        _build(spec, tmp, log, progress, final)
         try:
             os.replace(tmp, final)
         except OSError:  # another process finished the same build first: keep theirs
@@ -80,7 +82,7 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
     return final
 
 
-def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None]) -> None:
+def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress: bool, final: Path) -> None:
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=spec.hidden_size, num_layers=spec.num_layers,
                              intermediate_size=spec.intermediate_size, num_heads=spec.num_heads,
@@ -88,7 +90,9 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None]) -> None:
                              experts_per_token=spec.experts_per_token,
                              moe_intermediate_size=spec.moe_intermediate_size)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"cold start: building the embedded model ({n_params / 1e6:.2f}M parameters), cached after this run")
+    log(f"cold start: building the embedded model ({n_params / 1e6:.2f}M parameters) once per machine, cached in "
+        f"{final} (GSPO_CACHE or model.tiny.cache_dir sets where); it stops when the dev sampled accuracy reaches "
+        f"{spec.sft_target_accuracy:.2f} (checked every {spec.sft_eval_every} steps) or at step {spec.sft_max_steps}")
     split = {"min_digits": spec.min_digits, "max_digits": spec.max_digits, "ops": spec.ops, "seed": spec.sft_seed}
     data = make_split("sft", spec.sft_batch_size * spec.sft_max_steps, **split)
     dev = make_split("dev", 128, **split)
@@ -96,7 +100,9 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None]) -> None:
                       batch_size=len(dev))
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     t0, accuracy, step, recent = time.time(), 0.0, 0, []
-    with torch.random.fork_rng():
+    bar = Progress(spec.sft_max_steps, enabled=progress, label="cold start", stats=_sft_stats)
+    with torch.random.fork_rng(), bar:
+        say = bar.wrap(log)
         torch.manual_seed(spec.sft_seed)
         model.train()
         for step in range(1, spec.sft_max_steps + 1):
@@ -107,13 +113,15 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None]) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             recent = [*recent[1 - spec.sft_eval_every :], loss.item()]
-            if step % spec.sft_eval_every:
-                continue
             mean_loss = sum(recent) / len(recent)
             # above this loss the sampled accuracy is ~0: sampling the dev set would only cost time
-            if mean_loss < spec.sft_eval_max_loss:
+            if step % spec.sft_eval_every == 0 and mean_loss < spec.sft_eval_max_loss:
                 accuracy = _accuracy(engine, dev, seed=spec.sft_seed + step)
-            log(f"cold start: step {step} loss {mean_loss:.3f} dev sampled accuracy {accuracy:.2f}")
+            bar.advance({"loss": mean_loss, "accuracy": accuracy})  # the bar shows this step's check
+            if step % spec.sft_eval_every:
+                continue
+            say(f"cold start: step {step} loss {mean_loss:.3f} dev sampled accuracy {accuracy:.2f} (stops at "
+                f"{spec.sft_target_accuracy:.2f}; sampled once the loss is below {spec.sft_eval_max_loss})")
             if accuracy >= spec.sft_target_accuracy:
                 break
     model.save_pretrained(out)
@@ -122,6 +130,10 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None]) -> None:
             "parameters": n_params, "spec": asdict(spec), "format_version": FORMAT_VERSION}
     (out / "coldstart.json").write_text(json.dumps(info, indent=2))
     log(f"cold start: done in {info['seconds']} s after {step} steps (dev sampled accuracy {accuracy:.2f})")
+
+
+def _sft_stats(row: dict) -> str:
+    return f"loss {row.get('loss', float('nan')):.3f}  dev sampled accuracy {row.get('accuracy', 0.0):.2f}"
 
 
 def _sft_loss(model, tokenizer, batch: list[ArithProblem]) -> torch.Tensor:

@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
+from gspo.evals.benchmarks.types import is_count
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer import fsdp
 from gspo.trainer.engines import make_engine
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.models import pick_device
 from gspo.trainer.policy import load_policy
+from gspo.trainer.progress import Progress
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir, checkpoint_problem, checkpoint_step
 from gspo.trainer.seeds import step_seed
@@ -32,11 +35,16 @@ def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, gr
     return out
 
 
-def eval_rows(benchmark: str, metrics: dict[str, float], **settings) -> list[dict]:
-    """evals.jsonl rows, one per metric, each saying how it was made. `settings`: step, model, n_problems,
-    k (samples per problem), temperature (0: greedy), top_p, max_new_tokens. Training evals and
-    `gspo eval` write the same names: pass@1, avg@k, pass@k, n_problems (the benchmark's own score)."""
-    return [{"benchmark": benchmark, "metric": m, "value": v, **settings} for m, v in metrics.items()]
+def eval_rows(benchmark: str, metrics: dict[str, float], *, source: str, **settings) -> list[dict]:
+    """evals.jsonl rows, one per metric, each saying how it was made and what it is over. `settings`: step,
+    model, k (samples per problem), temperature (0: greedy), top_p, max_new_tokens, n_problems. Training
+    evals and `gspo eval` write the same names: pass@1, avg@k, pass@k. The counts of the score (n_problems:
+    problems graded, n_skipped...) are fields of each row, not rows; `source`: "train" (a periodic eval of
+    the run) or "gspo eval"; `time`: when the eval ended (UTC, ISO 8601)."""
+    counts = {m: int(v) for m, v in metrics.items() if is_count(m)}
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return [{"benchmark": benchmark, "metric": m, "value": v, **settings, **counts, "source": source, "time": when}
+            for m, v in metrics.items() if not is_count(m)]
 
 
 def task_eval_rows(name: str, metrics: dict[str, float], *, temperature: float, **settings) -> list[dict]:
@@ -69,12 +77,14 @@ def load_benches(cfg) -> list:
     return benches
 
 
-def eval_benchmarks(cfg, engine, benches: list, step: int | None) -> tuple[dict, list[dict], list[dict]]:
+def eval_benchmarks(cfg, engine, benches: list, step: int | None, progress: bool = False,
+                    source: str = "train") -> tuple[dict, list[dict], list[dict]]:
     """The one benchmark eval of `gspo train` (periodic) and `gspo eval`: `engine` on each benchmark, as
     `cfg.eval` and `cfg.rollout` say, drawing from (seed, step) as the run's periodic eval at `step` does.
 
     Returns (metrics per benchmark name, evals.jsonl rows, eval_samples.jsonl rows); every row says how
-    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems."""
+    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems. `progress`: a
+    bar per benchmark, problems done / total (not inside the training bar, which says "eval" itself)."""
     greedy = cfg.eval.greedy
     how = {"step": step, "model": cfg.model.name, "temperature": 0.0 if greedy else cfg.rollout.temperature,
            "top_p": cfg.rollout.top_p, "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens}
@@ -84,24 +94,42 @@ def eval_benchmarks(cfg, engine, benches: list, step: int | None) -> tuple[dict,
                         "set model.chat_template=false")
     metrics, rows, samples = {}, [], []
     for bench in benches:
-        metrics[bench.name], graded = eval_benchmark(engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template,
-                                                     workers=cfg.eval.workers, max_new_tokens=how["max_new_tokens"],
-                                                     greedy=greedy)
+        with Progress(len(bench.problems), enabled=progress, label=f"eval {bench.name}", stats=lambda _: "problems") as bar:
+            metrics[bench.name], graded = eval_benchmark(
+                engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
+                max_new_tokens=how["max_new_tokens"], greedy=greedy, chunk=cfg.rollout.batch_size, done=bar.advance)
         samples += [{"step": step, **s} for s in graded]
-        rows += eval_rows(bench.name, metrics[bench.name], n_problems=len(bench.problems), k=cfg.eval.k, **how)
+        rows += eval_rows(bench.name, metrics[bench.name], source=source, k=cfg.eval.k, **how)
     return metrics, rows, samples
 
 
 def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int = 1,
-                   max_new_tokens: int | None = None, greedy: bool = False) -> tuple[dict[str, float], list[dict]]:
+                   max_new_tokens: int | None = None, greedy: bool = False, chunk: int | None = None,
+                   done=None) -> tuple[dict[str, float], list[dict]]:
     """Sample k completions per problem of `bench`, grade them with the benchmark's own grader.
 
     Returns (metrics, sample rows). The graders are the ones `gspo grade` and the training reward use.
+    Problems are generated and graded `chunk` completions at a time (the engines' own batch, so the same
+    batches; prompt i draws with seed + i either way), `done(by=n)` told after each chunk's n problems.
     """
     prompts = _bench_prompts(engine.tokenizer, bench.problems, chat=chat, k=k)
-    texts = engine.generate(prompts, seed=seed, max_new_tokens=max_new_tokens, greedy=greedy).texts
+    per_chunk = max(1, (chunk or len(prompts)) // k)  # whole problems
     verdicts, samples = [], []
-    for i, problem in enumerate(bench.problems):
+    for first in range(0, len(bench.problems), per_chunk):
+        problems = bench.problems[first : first + per_chunk]
+        texts = engine.generate(prompts[first * k : (first + len(problems)) * k], seed=seed + first * k,
+                                max_new_tokens=max_new_tokens, greedy=greedy).texts
+        verdicts_, samples_ = _grade_chunk(bench, problems, texts, k, workers)
+        verdicts += verdicts_
+        samples += samples_
+        if done is not None:
+            done(by=len(problems))
+    return bench.score(verdicts, k), samples
+
+
+def _grade_chunk(bench, problems: list, texts: list[str], k: int, workers: int) -> tuple[list, list[dict]]:
+    verdicts, samples = [], []
+    for i, problem in enumerate(problems):
         responses = texts[i * k : (i + 1) * k]
         graded = bench.grade(problem, responses, workers=workers)
         verdicts.append(graded)
@@ -109,7 +137,7 @@ def eval_benchmark(engine, bench, *, k: int, seed: int, chat: bool, workers: int
         samples.extend({"benchmark": bench.name, "id": problem.id, "sample": j, "response": r, "gold": problem.gold,
                         **extra, "correct": v.correct, "verdict": v.verdict}
                        for j, (r, v) in enumerate(zip(responses, graded, strict=True)))
-    return bench.score(verdicts, k), samples
+    return verdicts, samples
 
 
 def run_eval(cfg, log=print) -> Path:
@@ -129,14 +157,17 @@ def run_eval(cfg, log=print) -> Path:
         engine = make_engine(cfg, model, tokenizer)
         loggers = Loggers(out, cfg, OmegaConf.to_container(cfg, resolve=True), job_type="eval")
         try:
-            results, rows, samples = eval_benchmarks(cfg, engine, benches, step)
+            results, rows, samples = eval_benchmarks(cfg, engine, benches, step, progress=cfg.logger.progress,
+                                                     source="gspo eval")
             loggers.evals(rows, samples)
         finally:
-            loggers.close()
+            note = loggers.close()
     finally:
         out.close()
     for name, metrics in results.items():
         log(f"{name}: " + ", ".join(f"{m} {v:.4g}" for m, v in metrics.items()))
+    if note:
+        log(note)
     return out.path
 
 

@@ -11,6 +11,7 @@ import netrc
 import os
 from pathlib import Path
 
+from gspo.evals.benchmarks.types import is_count
 from gspo.trainer.rundir import RunDir
 
 
@@ -58,16 +59,37 @@ class Loggers:
         for sample in samples:
             self.run.append("eval_samples.jsonl", sample)
         if self.wandb is not None and self.job_type == "eval":
-            self.wandb.log({f"eval/{r['benchmark']}/{r['metric']}": r["value"] for r in rows})
+            logged = {}
+            for r in rows:  # the value, and the counts it is over, as training logs them
+                logged[f"eval/{r['benchmark']}/{r['metric']}"] = r["value"]
+                logged |= {f"eval/{r['benchmark']}/{c}": r[c] for c in r if is_count(c)}
+            self.wandb.log(logged)
 
     def samples(self, rows: list[dict]) -> None:
         for row in rows:
             self.run.append("samples.jsonl", row)
 
-    def close(self, exit_code: int = 0) -> None:
+    def close(self, exit_code: int = 0) -> str | None:
+        """Finish the W&B run; returns the line saying where an offline one is and how to upload it."""
+        note = None
         if self.wandb is not None:
+            note = offline_note(self.wandb)
             self.wandb.finish(exit_code=exit_code)
             self.wandb = None
+        return note
+
+
+def offline_note(run) -> str | None:
+    """`W&B offline run: <folder>; upload it with: wandb sync <folder>` for an offline W&B run, else None.
+    The folder is given relative to the working directory when it lies under it."""
+    if run.settings.mode != "offline":
+        return None
+    folder = Path(run.dir).resolve().parent  # <dir>/wandb/offline-run-<time>-<id>/files
+    try:
+        folder = folder.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"W&B offline run: {folder}; upload it with: wandb sync {folder}"
 
 
 def start_wandb(mode: str, folder: Path, **init):
@@ -88,6 +110,9 @@ def wandb_group(cfg, folder: str) -> str:
 def _start_wandb(run: RunDir, cfg, config_dict: dict, mode: str, job_type: str):
     own = ({"name": run.path.name, "id": run.path.name.replace("/", "-"), "resume": "allow"} if job_type == "train"
            else {"name": f"{job_type}-{run.path.name}"})
-    return start_wandb(mode, run.path, project=cfg.logger.project, entity=cfg.logger.entity,
+    # a `gspo eval` of a run keeps its W&B runs in <run>/eval/wandb, apart from the training run's <run>/wandb
+    folder = run.path if job_type == "train" else run.path / job_type
+    folder.mkdir(parents=True, exist_ok=True)
+    return start_wandb(mode, folder, project=cfg.logger.project, entity=cfg.logger.entity,
                        group=wandb_group(cfg, run.path.name), job_type=job_type, tags=list(cfg.logger.tags) or None,
                        config=config_dict, **own)

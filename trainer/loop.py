@@ -129,19 +129,22 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
         # collectives) every rank evaluates and rank 0 alone writes
         evaluates = world.main or sharded
-        if start == 0 and evaluates:
-            row0 = _evaluate(cfg, engine, task, benches, 0, loggers, log)
-            loggers.metrics(0, row0)
-            _watch(collapse, cfg, run, 0, row0, log)
         with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
             say = bar.wrap(log)
+            if start == 0 and evaluates:
+                bar.phase("eval at step 0")
+                row0 = _evaluate(cfg, engine, task, benches, 0, loggers, say)
+                loggers.metrics(0, row0)
+                _watch(collapse, cfg, run, 0, row0, say)
             for step in range(start + 1, cfg.train.steps + 1):
+                bar.phase(None)
                 try:
                     row = train_step(step, conf, policy, optim, task, loggers, world=world)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
                 if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+                    bar.phase(f"eval at step {step}")
                     row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
                 loggers.metrics(step, row)
                 stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
@@ -175,7 +178,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         except OSError as e:  # the disk that failed the run fails this write too: readers show it as dead
             log(f"could not record status {status} in {run.path / 'run.json'}: {e.strerror}")
         if loggers is not None:
-            loggers.close(0 if status == "finished" else 1)
+            note = loggers.close(0 if status == "finished" else 1)
+            if note:
+                log(note)
     return run.path
 
 
@@ -323,7 +328,7 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
     if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, conf.samples_per_step))
+    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, conf.samples_per_step, task.grader))
     return row
 
 
@@ -356,10 +361,10 @@ def step_row(task_name: str, group_size: int, sampled: Sampled, entropy, update_
     }
 
 
-def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int) -> list[dict]:
+def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int, grader: str) -> list[dict]:
     return [
         {"step": step, "prompt": prompts[i], "completion": rollout.texts[i], "gold": golds[i],
-         "reward": float(rewards[i]), "truncated": bool(rollout.truncated[i])}
+         "reward": float(rewards[i]), "truncated": bool(rollout.truncated[i]), "grader": grader}
         for i in range(min(k, len(prompts)))
     ]
 
@@ -371,7 +376,7 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     task_metrics = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy)
     loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
                                  max_new_tokens=cfg.rollout.max_new_tokens, step=step, model=cfg.model.name,
-                                 top_p=cfg.rollout.top_p))
+                                 top_p=cfg.rollout.top_p, source="train"))
     bench_metrics, rows, samples = eval_benchmarks(cfg, engine, benches, step)
     loggers.evals(rows, samples)
     results = {task.name: task_metrics, **bench_metrics}

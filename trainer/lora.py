@@ -11,6 +11,7 @@ model, and `merge=True` folds it into the base weights (for `gspo eval`: plain m
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 
@@ -28,15 +29,27 @@ def add_lora(model: torch.nn.Module, lora) -> torch.nn.Module:
                         f"(it has: {', '.join(sorted(names))})")
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with _peft_quiet():
+        return get_peft_model(model, config)
 
 
 def load_adapter(model: torch.nn.Module, folder: str, *, merge: bool = False) -> torch.nn.Module:
     """The adapter saved in `folder` on `model` (its base): trainable, or merged into the base weights."""
     from peft import PeftModel
 
-    peft_model = PeftModel.from_pretrained(model, folder, is_trainable=not merge)
+    with _peft_quiet():
+        peft_model = PeftModel.from_pretrained(model, folder, is_trainable=not merge)
     return peft_model.merge_and_unload() if merge else peft_model
+
+
+@contextlib.contextmanager
+def _peft_quiet():
+    """peft asks transformers' deprecated `is_gradient_checkpointing` (a FutureWarning the user cannot act
+    on): that one warning is ignored, by category, module and text, around peft's calls only."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning,
+                                module="transformers.modeling_utils")
+        yield
 
 
 def adapters_disabled(model: torch.nn.Module):

@@ -26,7 +26,8 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
         if cfg.task.kind == "code":
             log("model=tiny knows only arithmetic: on task=code it writes no code (an end-to-end check of the "
                 "task, not training)")
-        weights = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log))
+        progress = OmegaConf.select(cfg, "logger.progress", default=False)
+        weights = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log, progress=progress))
     model, tokenizer = load_pretrained(weights or m.name, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
                                        attn_implementation=m.attn_implementation,
                                        gradient_checkpointing=m.gradient_checkpointing)

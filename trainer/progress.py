@@ -1,4 +1,5 @@
-"""A rich progress bar: step, ETA, reward and clipped-token fraction."""
+"""Rich progress bars on stderr for every step longer than a couple of seconds: training (step, ETA, the
+labelled reward and clipped-token fraction, and which phase it is in), the cold start, evals."""
 
 from __future__ import annotations
 
@@ -6,16 +7,27 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+# rich estimates the speed over its last 30 s by default: with steps slower than that the ETA would read
+# -:--:-- for most of a run; over the whole run it is there from the second step
+_WHOLE_RUN_S = 7 * 24 * 3600.0
+
 
 class Progress:
-    def __init__(self, total: int, start: int, *, enabled: bool = True):
+    """A bar `label` from `start` to `total`; `advance(row)` moves it one step and shows `stats(row)`."""
+
+    def __init__(self, total: int, start: int = 0, *, enabled: bool = True, label: str = "train", stats=None,
+                 clock=None):
+        """`stats`: the row's numbers as text (default: the training step's); `clock`: rich's get_time."""
         self.enabled = enabled and total > start
+        self.stats = stats or train_stats
         self.bar = RichProgress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-            TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), disable=not self.enabled,
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[stats]}"), disable=not self.enabled,
             console=Console(stderr=True),  # stdout stays for results (the run directory)
+            speed_estimate_period=_WHOLE_RUN_S, get_time=clock,
         )
-        self.task = self.bar.add_task("train", total=total, completed=start, stats="")
+        self.label = label
+        self.task = self.bar.add_task(label, total=total, completed=start, stats="")
 
     def __enter__(self) -> Progress:
         self.bar.__enter__()
@@ -30,6 +42,16 @@ class Progress:
             return log
         return lambda message: self.bar.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
-    def advance(self, row: dict) -> None:
-        stats = f"reward {row.get('reward/mean', float('nan')):.3f}  clip {row.get('clip/token_frac', float('nan')):.4f}"
-        self.bar.update(self.task, advance=1, stats=stats)
+    def phase(self, what: str | None) -> None:
+        """Say what the bar is doing now (`eval`: a held-out eval between steps); None: its own label."""
+        self.bar.update(self.task, description=f"{self.label} ({what})" if what else self.label)
+
+    def advance(self, row: dict | None = None, by: int = 1) -> None:
+        self.bar.update(self.task, advance=by, stats=self.stats(row or {}), description=self.label)
+
+
+def train_stats(row: dict) -> str:
+    """The step's numbers, each with its name: the mean reward and clip/token_frac (the share of tokens
+    whose clipped branch is active)."""
+    return (f"reward/mean {row.get('reward/mean', float('nan')):.3f}  "
+            f"clip/token_frac {row.get('clip/token_frac', float('nan')):.4f}")

@@ -9,6 +9,7 @@ hide the real end of each answer from the loss (tiny-grpo's bug).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -89,6 +90,7 @@ class HFEngine:
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
         self.batch_size, self.want_logprobs = batch_size, want_logprobs
         self.eos_ids = eos_ids_of(model, tokenizer)
+        self.cache_keyword = cache_keyword(model)
 
     def _generation_config(self, max_new_tokens: int) -> GenerationConfig:
         # always transformers' greedy search: when sampling, RowSampler has already reduced each row's
@@ -178,8 +180,9 @@ class HFEngine:
         cache = DynamicCache(config=self.model.config)
         if experts is not None:
             experts.next_forward(n)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        kv = {self.cache_keyword: cache}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position, **kv,
+                         use_cache=True, logits_to_keep=1)
         position = position[:, -1:]
         ones = attention_mask.new_ones(n, 1)
         done = torch.zeros(n, dtype=torch.bool, device=input_ids.device)
@@ -202,12 +205,20 @@ class HFEngine:
             position = position + 1
             if experts is not None:
                 experts.next_forward(n)
-            out = self.model(input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=position,
-                             past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=position, **kv,
+                             use_cache=True)
         completion = torch.stack(tokens, dim=1)
         if greedy:
             return completion, None, None
         return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
+
+
+def cache_keyword(model) -> str:
+    """The keyword the model's forward takes its KV cache by: `cache` where the installed transformers has
+    it (5.x deprecates `past_key_values`, with a FutureWarning in every process), else `past_key_values`
+    (older versions). A LoRA model is asked through its base model, whose forward names its arguments."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def _int64(c: int) -> int:

@@ -36,6 +36,7 @@ class Task:
     eval_items: list[Item]
     _draw: Callable[[random.Random, int], list[Item]]
     _score: Scorer
+    grader: str  # what rewards it, as samples.jsonl says for `gspo grade`: arith, math or code
     _steps: StepGrader | None = None  # grades each worked step (the `step` advantage estimator)
 
     def train_items(self, *, seed: int, step: int, n: int, draw: int = 0) -> list[Item]:

@@ -39,7 +39,8 @@ def _arith_task(cfg) -> Task:
                 out.append(Item(p.prompt, p.gold))
         return out
 
-    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith), _steps=grade_steps)
+    return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith), grader="arith",
+                _steps=grade_steps)
 
 
 def _math_task(cfg) -> Task:
@@ -50,7 +51,7 @@ def _math_task(cfg) -> Task:
         held_out = held_out[: cfg.eval_size]
     else:
         items, held_out = hold_out(items, cfg.eval_size)
-    return Task(name=cfg.name, eval_items=held_out, _draw=uniform_draw(items), _score=graded_by(grade_math))
+    return Task(name=cfg.name, eval_items=held_out, _draw=uniform_draw(items), _score=graded_by(grade_math), grader="math")
 
 
 def _math_item(cfg, row: dict, number: int) -> Item:

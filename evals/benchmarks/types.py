@@ -33,6 +33,12 @@ class Benchmark(Protocol):
     def score(self, verdicts: list[list[Verdict]], k: int) -> dict[str, float]: ...
 
 
+def is_count(name: str) -> bool:
+    """`n_problems`, `n_skipped`, `n_no_checker`: how many problems a score is over, not a score; evals.jsonl
+    keeps them as fields of each metric row."""
+    return name.startswith("n_")
+
+
 def score_verdicts(verdicts: list[list[Verdict]], k: int) -> dict[str, float]:
     """avg@k, pass@1, pass@k over problems; problems with only skipped verdicts are counted apart."""
     counts = []

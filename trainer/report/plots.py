@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from gspo.trainer.progress import Progress
 from gspo.trainer.report.arms import Arm  # noqa: E402
 from gspo.trainer.report.runs import Run  # noqa: E402
 from gspo.trainer.report.stats import mean_ci  # noqa: E402
@@ -126,12 +127,14 @@ def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
     return any(drawn)
 
 
-def write_plots(arms: list[Arm], task: str, out_dir: Path) -> list[tuple[str, Path]]:
-    """Every plot the runs' metrics allow: [(caption, png path)]."""
+def write_plots(arms: list[Arm], task: str, out_dir: Path, progress: bool = False) -> list[tuple[str, Path]]:
+    """Every plot the runs' metrics allow: [(caption, png path)]; `progress`: a bar, plots done / total."""
     written = []
-    for spec in plot_specs(task):
-        for axis in spec.axes:
+    jobs = [(spec, axis) for spec in plot_specs(task) for axis in spec.axes]
+    with Progress(len(jobs), enabled=progress, label="report plots", stats=lambda _: "") as bar:
+        for spec, axis in jobs:
             path = out_dir / f"{spec.metric.replace('/', '_')}_by_{axis}.png"
             if draw(spec, arms, axis, path):
                 written.append((f"{spec.title} by {X_LABELS[axis]}", path))
+            bar.advance()
     return written

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gspo.trainer.loggers import start_wandb, wandb_mode
+from gspo.trainer.loggers import offline_note, start_wandb, wandb_mode
 from gspo.trainer.report.runs import Run
 
 
@@ -21,7 +21,9 @@ def report_wandb_mode(setting: str, runs: list[Run]) -> str:
     return wandb_mode(on[0]) if on else "disabled"
 
 
-def log_report(mode: str, runs: list[Run], out_dir: Path, plots: list[tuple[str, Path]], summary: pd.DataFrame) -> None:
+def log_report(mode: str, runs: list[Run], out_dir: Path, plots: list[tuple[str, Path]],
+               summary: pd.DataFrame) -> str | None:
+    """Returns the line saying where an offline W&B run is and how to upload it (None: online)."""
     import wandb
 
     groups = {r.config.get("logger.group") or r.run_id for r in runs}
@@ -29,4 +31,6 @@ def log_report(mode: str, runs: list[Run], out_dir: Path, plots: list[tuple[str,
                       group=groups.pop() if len(groups) == 1 else None, name=f"report-{out_dir.name}")
     images = {f"report/{path.stem}": wandb.Image(str(path), caption=caption) for caption, path in plots}
     run.log({**images, "report/summary": wandb.Table(dataframe=summary.astype(str))})
+    note = offline_note(run)
     run.finish()
+    return note

@@ -29,17 +29,19 @@ class Report:
     headline_title: str
     files: list[Path]
     notes: list[str]  # what the report left out or could not use, also written into the report
+    wandb_note: str | None = None  # where the report's offline W&B run is and the `wandb sync` command
 
 
-def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs") -> Report:
-    """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py)."""
+def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False) -> Report:
+    """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
+    bar over the plots, the long part."""
     runs, notes = load_runs(paths)
     arms = group_arms(runs)
     task = runs[0].config.get("task.name", "arith")
     heads = [h for h in headlines(task) if any(h.metric in r.metrics for r in runs)]
     keys = label_keys(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(arms, task, out_dir)
+    plots = write_plots(arms, task, out_dir, progress)
     notes = _notes(runs, notes)
     blocks = _setup(runs, arms, keys, command) + _results(arms, heads)
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
@@ -49,12 +51,11 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     summary = summary_frame(arms, keys, heads)
     summary.to_csv(out_dir / "summary.csv", index=False)
     mode = report_wandb_mode(wandb, runs)
-    if mode != "disabled":
-        log_report(mode, runs, out_dir, plots, summary)
+    wandb_note = log_report(mode, runs, out_dir, plots, summary) if mode != "disabled" else None
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *(p for _, p in plots)]
     first = heads[0] if heads else None
     table = arm_table(arms, first) if first else pd.DataFrame()
-    return Report(out_dir, table, first.title if first else "", files, notes)
+    return Report(out_dir, table, first.title if first else "", files, notes, wandb_note)
 
 
 def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> list[Block]:
