@@ -41,11 +41,17 @@ def test_register_and_load_a_custom_benchmark():
     def factory(*, path=None, limit=None, size=3):
         return Tiny([Problem(str(i), f"say {i}", str(i), {}) for i in range(size)][:limit])
 
+    from gspo.evals.benchmarks import registry
+
     register_benchmark("tiny-test", factory)
-    assert "tiny-test" in BENCHMARK_NAMES
-    assert len(load_benchmark("tiny-test", size=5, limit=2).problems) == 2
-    with pytest.raises(GspoError, match="unknown option for benchmark 'tiny-test': colour; known: size"):
-        load_benchmark("tiny-test", colour="red")
+    try:
+        assert "tiny-test" in BENCHMARK_NAMES
+        assert len(load_benchmark("tiny-test", size=5, limit=2).problems) == 2
+        with pytest.raises(GspoError, match="unknown option for benchmark 'tiny-test': colour; known: size"):
+            load_benchmark("tiny-test", colour="red")
+    finally:  # the throwaway leaves the registry as it found it (other tests list every benchmark)
+        registry._REGISTRY.pop("tiny-test")
+        BENCHMARK_NAMES[:] = sorted(registry._REGISTRY)
 
 
 @pytest.mark.parametrize("name", ["aime24", "aime25", "livecodebench", "codeforces"])

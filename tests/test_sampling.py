@@ -30,7 +30,8 @@ def reward(text: str, gold: str) -> float:
 
 
 def make_task(score=reward) -> Task:
-    return Task("t", [], uniform_draw(ITEMS), lambda texts, golds: [score(t, g) for t, g in zip(texts, golds, strict=True)])
+    return Task("t", [], uniform_draw(ITEMS), lambda texts, golds: [score(t, g) for t, g in zip(texts, golds, strict=True)],
+                "arith")
 
 
 def conf(*overrides: str) -> StepConfig:

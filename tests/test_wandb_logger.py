@@ -116,7 +116,7 @@ def test_the_run_ends_saying_where_its_offline_run_is_and_how_to_sync_it(wandb_t
     run, result = wandb_train
     (folder,) = run.glob("wandb/offline-run-*")
     # in-process the weight-loading bars print too (the console script's main turns them off)
-    assert result.stderr.endswith(f"\nW&B offline run: {folder}; upload it with: wandb sync {folder}\n")
+    assert result.stderr.splitlines()[-1] == f"W&B offline run: {folder}; upload it with: wandb sync {folder}"
     assert result.stderr.count("W&B") == 1
 
 
