@@ -11,6 +11,11 @@ process's first rollout batch is a warm-up that is not counted.
     python benchmarks/trl_vs_gspo.py                          # GRPO and GSPO, 5 repeats, B=16 G=8 T=64 M=4
     python benchmarks/trl_vs_gspo.py --algos gspo --repeats 7 --batches 3
     python benchmarks/trl_vs_gspo.py --scaling --arms gspo    # s per rollout batch as G, B and T double
+    python benchmarks/trl_vs_gspo.py --device cuda --model qwen3-0.6b-random --repeats 3   # on a GPU
+
+`--model qwen3-0.6b-random` trains a randomly initialised model of Qwen3-0.6B's shape (built in-process, no
+hub; a character tokenizer padded to Qwen3's vocabulary) instead of the embedded cold start: its samples are
+noise and its rewards 0, but the arithmetic of generation and update is that of the real model.
 
 Printed per arm: seconds per rollout batch and per optimizer step, the split (generation, grading, old
 log-probs, update, overhead), generated tokens/s, peak RSS, startup; then the ratios TRL / gspo (median
@@ -34,6 +39,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 PHASES = ("generation", "grading", "old_logp", "update", "overhead")
 
@@ -62,8 +68,15 @@ def plan(args) -> dict:
     # default's model (64), the one the comparison uses
     spec = tiny_spec(compose_config([*_overrides(args), "rollout.max_new_tokens=64"]))
     task = build_task(cfg.task)
+    if args.model == "qwen3-0.6b-random":
+        from gspo.evals.arith import ALPHABET
+        from gspo.trainer.models import save_random_qwen3_0_6b
+
+        model = str(save_random_qwen3_0_6b(Path(args.tmp) / "qwen3-0.6b-random", ALPHABET, dtype="float32"))
+    else:
+        model = str(cold_start_path(spec, cfg.model.tiny.cache_dir, log=lambda _: None))
     steps = [task.train_items(seed=cfg.seed, step=s, n=args.prompts) for s in range(1, args.warmup + args.batches + 1)]
-    return {"model": str(cold_start_path(spec, cfg.model.tiny.cache_dir, log=lambda _: None)),
+    return {"model": model,
             "prompts": [[it.prompt for it in items] for items in steps],
             "golds": [[it.gold for it in items] for items in steps],
             "clip_low": cfg.algo.clip_low, "clip_high": cfg.algo.clip_high}
@@ -85,7 +98,9 @@ def run_gspo(args, work: dict) -> dict:
     cfg = compose_config(_overrides(args))
     model, tokenizer = load_pretrained(work["model"], dtype=cfg.model.dtype)  # what load_policy loads for tiny
     model.eval()
-    precision = Precision(model, "fp32", torch.device("cpu"))
+    device = torch.device(args.device)
+    model.to(device)
+    precision = Precision(model, "fp32", device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     engine = make_engine(cfg, model, tokenizer)
@@ -149,7 +164,8 @@ def run_trl(args, work: dict) -> dict:
 
     n = args.prompts * args.group
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), report_to="none", save_strategy="no", use_cpu=True,
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), report_to="none", save_strategy="no",
+        use_cpu=args.device == "cpu",
         bf16=False, fp16=False, seed=0, max_steps=n_batches * args.updates, logging_steps=args.updates,
         disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False, disable_dropout=True,
         num_generations=args.group, per_device_train_batch_size=n // args.updates, gradient_accumulation_steps=1,
@@ -242,7 +258,7 @@ def _med(rows: list[dict], key: str) -> float:
 
 def compare(args, algo: str, work_file: str, work: dict) -> dict:
     extra = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
-             ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "warmup", "batches")]
+             ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "warmup", "batches", "device")]
     extra += [f"--gspo-override={o}" for o in args.gspo_override]
     runs: dict[str, list[dict]] = {a: [] for a in args.arms}
     configs = {}
@@ -342,6 +358,10 @@ def main() -> None:
     ap.add_argument("--scaling-keys", default="group,prompts,max_new_tokens", help="--scaling: the factors to double")
     ap.add_argument("--full-length", action="store_true",
                     help="gspo arm: ignore end-of-sequence so every completion runs to max_new_tokens")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both arms)")
+    ap.add_argument("--model", default="embedded", choices=["embedded", "qwen3-0.6b-random"],
+                    help="the embedded cold start, or a randomly initialised model of Qwen3-0.6B's shape")
+    ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     ap.add_argument("--algo", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -366,6 +386,7 @@ def main() -> None:
         print(f"trl {trl.__version__}, transformers {transformers.__version__}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        args.tmp = tmp
         if args.scaling:
             scaling(args, tmp)
             return
