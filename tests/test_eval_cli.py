@@ -178,7 +178,10 @@ def test_periodic_eval_and_gspo_eval_write_identical_rows(gspo, tmp_path):
         return [{k: v for k, v in r.items() if k not in ("source", "time")} for r in rows]
 
     assert how(training[-len(evaluated):]) == how(evaluated)
-    assert training_samples[-len(samples):] == samples and len(samples) == 8 * 8
+    # the samples carry their eval's source and time too: apart from those, the same rows
+    assert {s["source"] for s in training_samples} == {"train"} and {s["source"] for s in samples} == {"gspo eval"}
+    assert {s["time"] for s in samples} == {evaluated[0]["time"]} and training_samples[-1]["time"] == training[-1]["time"]
+    assert how(training_samples[-len(samples):]) == how(samples) and len(samples) == 8 * 8
     assert 0 < sum(s["correct"] for s in samples) < len(samples)  # the values compared are not all 0 or all 1
 
 

@@ -83,7 +83,8 @@ def eval_benchmarks(cfg, engine, benches: list, step: int | None, progress: bool
     `cfg.eval` and `cfg.rollout` say, drawing from (seed, step) as the run's periodic eval at `step` does.
 
     Returns (metrics per benchmark name, evals.jsonl rows, eval_samples.jsonl rows); every row says how
-    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems. `progress`: a
+    it was made: step, model, temperature (0: greedy), top_p, max_new_tokens, k, n_problems; every sample
+    row its step, `source` and `time`, those of its benchmark's rows. `progress`: a
     bar per benchmark, problems done / total (not inside the training bar, which says "eval" itself)."""
     greedy = cfg.eval.greedy
     how = {"step": step, "model": cfg.model.name, "temperature": 0.0 if greedy else cfg.rollout.temperature,
@@ -98,8 +99,8 @@ def eval_benchmarks(cfg, engine, benches: list, step: int | None, progress: bool
             metrics[bench.name], graded = eval_benchmark(
                 engine, bench, k=cfg.eval.k, seed=seed, chat=cfg.model.chat_template, workers=cfg.eval.workers,
                 max_new_tokens=how["max_new_tokens"], greedy=greedy, chunk=cfg.rollout.batch_size, done=bar.advance)
-        samples += [{"step": step, **s} for s in graded]
         rows += eval_rows(bench.name, metrics[bench.name], source=source, k=cfg.eval.k, **how)
+        samples += [{"step": step, **s, "source": source, "time": rows[-1]["time"]} for s in graded]
     return metrics, rows, samples
 
 
