@@ -75,8 +75,9 @@ def run_gspo(args, work: dict) -> dict:
 
     torch.set_num_threads(args.threads)
     from gspo.conf.compose import compose_config
+    from gspo.trainer.context import StepContext
     from gspo.trainer.engines import make_engine
-    from gspo.trainer.loop import Optim, Policy, StepConfig, format_prompts, train_step
+    from gspo.trainer.loop import format_prompts, train_step
     from gspo.trainer.models import load_pretrained
     from gspo.trainer.precision import Precision
     from gspo.trainer.state import make_optimizer
@@ -92,6 +93,7 @@ def run_gspo(args, work: dict) -> dict:
     if args.full_length:  # no id ends a completion: each runs to max_new_tokens (the scaling table's length rows)
         engine.eos_ids = [-1]
     task = build_task(cfg.task)
+    ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler, engine=engine)
 
     class NoSamples:  # train_step hands a few samples per step to the run's loggers; the benchmark keeps none
         def samples(self, rows):
@@ -102,8 +104,7 @@ def run_gspo(args, work: dict) -> dict:
     for step in range(1, args.warmup + args.batches + 1):
         items = task.train_items(seed=cfg.seed, step=step, n=args.prompts)
         t0, c0 = time.perf_counter(), time.process_time()
-        row = train_step(step, StepConfig.of(cfg), Policy(model, None, engine), Optim(precision, optimizer, scheduler), task,
-                         NoSamples())
+        row = train_step(step, ctx, task, NoSamples())
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         split = {"generation": row["time/generate_s"], "grading": row["time/grade_s"],
                  "old_logp": row["time/old_logp_s"], "update": row["time/updates_s"]}

@@ -13,9 +13,7 @@ from __future__ import annotations
 import copy
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -27,7 +25,8 @@ from gspo.evals.sandbox import accept_weak
 from gspo.trainer import distributed, fsdp
 from gspo.trainer.advantages import check_algorithm, corrected, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
-from gspo.trainer.distributed import FollowerRun, NullLoggers, World
+from gspo.trainer.context import StepContext
+from gspo.trainer.distributed import FollowerRun, NullLoggers
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
@@ -38,14 +37,16 @@ from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
+from gspo.trainer.reduction import to_host
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import SET_ASIDE, RunDir, checkpoint_step, default_run_id, missing_steps, read_jsonl
 from gspo.trainer.sampling import Sampled, format_prompts, sample_batch
+from gspo.trainer.scoring import ENGINE, old_logp_origin, old_logprobs
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
 from gspo.trainer.task_types import Task
 from gspo.trainer.tasks import build_task
-from gspo.trainer.update import Batch, old_logprobs, to_host, update
+from gspo.trainer.update import Batch, run_updates
 
 
 def train(cfg, log=print) -> Path:
@@ -124,8 +125,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         replay = cfg.algo.routing_replay  # none, trainer (R2) or rollout (R3): whose experts are compared and replayed
         routing = RoutingRecorder(model, replay=replay != "none", source="rollout" if replay == "rollout" else "trainer")
         collapse = _collapse_detector(cfg, task, run)
-        conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
-        optim = Optim(precision, optimizer, scheduler)
+        ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler,
+                             ref_model=ref_model, engine=engine, routing=routing, world=world)
         # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
         # collectives) every rank evaluates and rank 0 alone writes
         evaluates = world.main or sharded
@@ -139,7 +140,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             for step in range(start + 1, cfg.train.steps + 1):
                 bar.phase(None)
                 try:
-                    row = train_step(step, conf, policy, optim, task, loggers, world=world)
+                    row = train_step(step, ctx, task, loggers)
                 except NonFinite as e:
                     row = handle_nonfinite(cfg, run, step, e, say)
                 last = step == cfg.train.steps
@@ -255,49 +256,14 @@ def _reference(cfg, model, log, *, resumed: bool, shard=None):
     return ref
 
 
-@dataclass(frozen=True)
-class StepConfig:
-    """The parts of the config one step reads (the config's own typed nodes: algo, train, rollout)."""
-
-    algo: Any
-    train: Any
-    sampling: Any  # cfg.rollout
-    seed: int
-    chat: bool  # model.chat_template
-    samples_per_step: int  # logger.samples_per_step
-
-    @classmethod
-    def of(cls, cfg) -> StepConfig:
-        return cls(cfg.algo, cfg.train, cfg.rollout, cfg.seed, cfg.model.chat_template, cfg.logger.samples_per_step)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What a step samples from and updates: the model, its frozen reference (None: no KL term), the
-    rollout engine and, on MoE models, the routing recorder."""
-
-    model: torch.nn.Module
-    ref_model: torch.nn.Module | None
-    engine: Any
-    routing: RoutingRecorder | None = None
-
-
-@dataclass(frozen=True)
-class Optim:
-    precision: Precision
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-
-
-def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: Task, loggers, *,
-               world: World = World()) -> dict:
+def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
     """One rollout batch and its updates; returns the step's metrics row. Every tensor lives on the model's
-    device; the vLLM engine's CPU rollout is moved there once. With several processes (`world`), this rank
+    device; the vLLM engine's CPU rollout is moved there once. With several processes (`ctx.world`), this rank
     generates and grades its own groups, then every rank holds the whole batch and the scoring and update
     forwards are dealt out (trainer/distributed.py): the update and the row are the whole batch's."""
-    precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
+    engine, algo, G = ctx.engine, ctx.algo, ctx.train.group_size
     # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced)
-    sampled = sample_batch(step, conf, engine, task, precision.device, world)
+    sampled = sample_batch(step, ctx, engine, task, ctx.precision.device, ctx.world)
     rollout, rewards, items, prompts = sampled.rollout, sampled.rewards, sampled.items, sampled.prompts
     golds = [it.gold for it in items for _ in range(G)]
     t1 = time.perf_counter()
@@ -305,30 +271,27 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
         check_finite("reward", rewards)
         advantages = rollout_advantages(algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
                                         rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
-        old_logp, entropy, ref_logp = old_logprobs(policy.model, policy.ref_model, rollout, precision=precision,
-                                                   algo=algo, train=conf.train, sampling=conf.sampling,
-                                                   routing=policy.routing, world=world)
+        old_logp, entropy, ref_logp = old_logprobs(ctx, rollout)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         # a mismatch correction scales the advantages; the loss's old log-probs are the sampler's or the trainer's
         advantages, loss_old_logp, correction = corrected(algo, advantages, old_logp, rollout)
-        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, policy.routing)
+        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, ctx.routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
-        metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
-                                 train=conf.train, rollout=conf.sampling, seed=step_seed(conf.seed, step, "shuffle"),
-                                 undoable=conf.train.on_nonfinite == "skip", world=world))
+        metrics = to_host(run_updates(ctx, batch, seed=step_seed(ctx.seed, step, "shuffle"),
+                                      undoable=ctx.train.on_nonfinite == "skip"))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise
     finally:
-        engine.sync_weights(policy.model)
+        engine.sync_weights(ctx.model)
     t2 = time.perf_counter()
     times = {**sampled.times, "old_logp": t_scored - t1, "updates": t2 - t_scored}  # generate, grade: every round's
     row = step_row(task.name, G, sampled, entropy, metrics | to_host(correction), times)
-    if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
+    if old_logp_origin(algo) == ENGINE and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, conf.samples_per_step, task.grader))
+    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, ctx.samples_per_step, task.grader))
     return row
 
 

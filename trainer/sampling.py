@@ -53,7 +53,7 @@ class Sampled:
 
 
 def sample_batch(step: int, conf, engine, task: Task, device: torch.device, world: World) -> Sampled:
-    """The step's batch under `conf` (loop.StepConfig: seed, train, sampling = cfg.rollout, chat)."""
+    """The step's batch under `conf` (a trainer.context.StepContext: seed, train, sampling = cfg.rollout, chat)."""
     B, r = conf.train.prompts_per_step, conf.sampling
     rounds = r.max_draws if r.dynamic_sampling else 1
     kept: list[tuple[Sampled, list[int]]] = []  # (round, its groups kept)
