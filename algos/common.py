@@ -209,41 +209,6 @@ def ratio_metrics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
     }
 
 
-def check_inputs(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    ref_logp: Tensor | None,
-    kl_beta: float,
-    token_advantages: bool = False,
-    no_lower_bound: bool = False,
-) -> None:
-    """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss.
-
-    `no_lower_bound`: clip_low = 1 is allowed (a weight clipped below at 0, i.e. not at all: CISPO).
-    """
-    if logp.dim() != 2:
-        raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
-    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
-        if tensor is not None and tensor.shape != logp.shape:
-            raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(tensor.shape)}")
-    allowed = [logp.shape[:1]] + ([logp.shape] if token_advantages else [])
-    if advantages.shape not in allowed:
-        want = " or ".join(str(tuple(shape)) for shape in allowed)
-        raise ValueError(f"advantages must have shape {want}, got {tuple(advantages.shape)}")
-    top = "<=" if no_lower_bound else "<"
-    if not (0.0 <= clip_low and (clip_low <= 1.0 if no_lower_bound else clip_low < 1.0) and clip_high >= 0.0):
-        raise ValueError(f"need 0 <= clip_low {top} 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    if kl_beta < 0.0:
-        raise ValueError(f"kl_beta must be >= 0, got {kl_beta}")
-    if kl_beta != 0.0 and ref_logp is None:
-        raise ValueError(f"kl_beta={kl_beta} needs ref_logp (reference-model log-probs, [N, T])")
-
-
 def finish(
     policy_loss: Tensor,
     metrics: dict[str, Tensor],

@@ -32,7 +32,6 @@ from .common import (
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     aggregate,
-    check_inputs,
     clip_metrics,
     finish,
     masked_sum,
@@ -59,8 +58,6 @@ def gmpo_loss(
     seq_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GMPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     sign = torch.sign(advantages).unsqueeze(-1)  # [N, 1]
     # l~_it = sgn(A_i) min(sgn(A_i) l_it, sgn(A_i) clip(l_it, -eps_lo, eps_hi))   (0 where A_i = 0)

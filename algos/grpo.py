@@ -34,7 +34,6 @@ from .common import (
     STANDARD_METRICS,
     aggregate,
     check_aggregation,
-    check_inputs,
     clip_metrics,
     clipped_objective,
     finish,
@@ -63,7 +62,7 @@ def grpo_loss(
     mask: Tensor,
     clip_low: float,
     clip_high: float,
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN,
+    aggregation: str,  # the default: the options dataclass above
     max_len: float | None = None,
     ref_logp: Tensor | None = None,
     kl_beta: float = 0.0,
@@ -71,9 +70,6 @@ def grpo_loss(
     token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
-    check_aggregation(aggregation)
     reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
                             seq_denominator=seq_denominator, token_denominator=token_denominator)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding

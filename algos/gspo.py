@@ -28,7 +28,6 @@ from .common import (
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     aggregate,
-    check_inputs,
     clip_metrics,
     clipped_objective,
     finish,
@@ -58,8 +57,6 @@ def gspo_loss(
     seq_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     # s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))
     seq_ratio = torch.exp(seq_log_ratio(log_ratio, mask).clamp(max=MAX_LOG_RATIO))  # [N]

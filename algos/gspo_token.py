@@ -30,7 +30,6 @@ from .common import (
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     aggregate,
-    check_inputs,
     clip_metrics,
     clipped_objective,
     finish,
@@ -58,8 +57,6 @@ def gspo_token_loss(
     seq_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N, T] or [N]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
     adv = advantages if advantages.dim() == 2 else spread_to_tokens(advantages, mask)  # [N, T]
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
     # log s_i = 1/|y_i| sum_t (logp_it - old_logp_it), a constant here: sg[.]

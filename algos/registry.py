@@ -119,10 +119,13 @@ def policy_loss(
     """Loss (a scalar to minimise, the negated objective) and detached 0-dim metrics of `name`.
 
     logp, old_logp, mask: [N, T]; advantages: [N] ([N, T] where the algorithm takes token advantages).
+    Every input is checked here, once, whichever loss runs (`check_inputs`); the losses hold only their math.
     `kwargs`: any of CONTEXT (passed where the loss declares it; a non-zero kl_beta to a loss without a
     KL term raises TypeError) and the algorithm's options; an option it does not declare raises TypeError.
     """
     algo = get(name)
+    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low, clip_high=clip_high,
+                 ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo)
     params = inspect.signature(algo.loss).parameters
     context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
     if kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight must never be dropped silently
@@ -130,3 +133,27 @@ def policy_loss(
     options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
     return algo.loss(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
                      clip_high=clip_high, **context, **dataclasses.asdict(options))
+
+
+def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+                 ref_logp: Tensor | None, kl_beta: float, algo: Algorithm) -> None:
+    """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss. The clip bounds are
+    the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), with clip_low = 1 (a weight clipped below at
+    0, i.e. not at all) only where the algorithm declares `no_lower_bound` (CISPO), as trainer/advantages.py
+    checks a config."""
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
+    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
+        if tensor is not None and tensor.shape != logp.shape:
+            raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(tensor.shape)}")
+    allowed = [logp.shape[:1]] + ([logp.shape] if algo.token_advantages else [])
+    if advantages.shape not in allowed:
+        want = " or ".join(str(tuple(shape)) for shape in allowed)
+        raise ValueError(f"advantages must have shape {want}, got {tuple(advantages.shape)}")
+    top = "<=" if algo.no_lower_bound else "<"
+    if not (0.0 < clip_low and (clip_low <= 1.0 if algo.no_lower_bound else clip_low < 1.0) and clip_high > 0.0):
+        raise ValueError(f"need 0 < clip_low {top} 1 and clip_high > 0, got {clip_low}, {clip_high}")
+    if kl_beta < 0.0:
+        raise ValueError(f"kl_beta must be >= 0, got {kl_beta}")
+    if kl_beta != 0.0 and ref_logp is None:
+        raise ValueError(f"kl_beta={kl_beta} needs ref_logp (reference-model log-probs, [N, T])")

@@ -31,7 +31,6 @@ from .common import (
     STANDARD_METRICS,
     aggregate,
     check_aggregation,
-    check_inputs,
     clip_metrics,
     finish,
     out_of_band,
@@ -62,9 +61,9 @@ def sapo_loss(
     mask: Tensor,
     clip_low: float,
     clip_high: float,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN,
+    tau_pos: float,  # the default: the options dataclass above
+    tau_neg: float,
+    aggregation: str,
     max_len: float | None = None,
     ref_logp: Tensor | None = None,
     kl_beta: float = 0.0,
@@ -72,9 +71,6 @@ def sapo_loss(
     token_denominator: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SAPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
-    SapoOptions(tau_pos, tau_neg, aggregation)
     reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
                             seq_denominator=seq_denominator, token_denominator=token_denominator)
     log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding

@@ -9,7 +9,7 @@ by `run_code` with the arguments each benchmark's grader uses:
     reward = (tests passed) / (tests)                    task.code_reward=fraction (every test runs)
 
 Completions are graded `task.workers` at a time, each in its own sandbox. Time is limited per test
-(CPU seconds: `task.timeout_s`, LiveCodeBench's 6 s, or a CodeForces problem's own limit), so one
+(CPU seconds: `task.timeout_s`, LiveCodeBench's by default, or a CodeForces problem's own limit), so one
 sample takes at most its number of tests times that. Interactive CodeForces problems cannot be graded
 and are left out; a problem with no tests is an error, since any program would pass it.
 """

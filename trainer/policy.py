@@ -37,15 +37,9 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
 
 
 def tiny_spec(cfg) -> ColdStartSpec:
-    t = cfg.model.tiny
-    return ColdStartSpec(
-        hidden_size=t.hidden_size, num_layers=t.num_layers, intermediate_size=t.intermediate_size,
-        num_heads=t.num_heads, num_kv_heads=t.num_kv_heads, num_experts=t.num_experts,
-        experts_per_token=t.experts_per_token, moe_intermediate_size=t.moe_intermediate_size, sft_lr=t.sft_lr, sft_batch_size=t.sft_batch_size,
-        sft_max_steps=t.sft_max_steps, sft_eval_every=t.sft_eval_every, sft_eval_max_loss=t.sft_eval_max_loss,
-        sft_target_accuracy=t.sft_target_accuracy, sft_seed=t.sft_seed, min_digits=cfg.task.min_digits,
-        max_digits=cfg.task.max_digits, ops=cfg.task.ops, max_new_tokens=cfg.rollout.max_new_tokens,
-    )
+    """The cold start `cfg` asks for: its model.tiny settings and its arithmetic task."""
+    return ColdStartSpec(OmegaConf.to_object(cfg.model.tiny), min_digits=cfg.task.min_digits,
+                         max_digits=cfg.task.max_digits, ops=cfg.task.ops, max_new_tokens=cfg.rollout.max_new_tokens)
 
 
 def checked_precision(cfg, device) -> str:
