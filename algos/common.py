@@ -15,8 +15,24 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .registry import MAX, MIN, SEQ_MEAN, SUM
-from .registry import TOKEN_MEAN as OVER_TOKENS
+from .metrics import (
+    CLIP_HIGH_FRAC,
+    CLIP_LOW_FRAC,
+    CLIP_OUT_OF_BAND,
+    CLIP_SEQ_FRAC,
+    CLIP_TOKEN_FRAC,
+    KL_OLD,
+    KL_REF,
+    LOSS_POLICY,
+    RATIO_SEQ_MAX,
+    RATIO_SEQ_MEAN,
+    RATIO_SEQ_MIN,
+    RATIO_TOKEN_MAX,
+    RATIO_TOKEN_MEAN,
+    RATIO_TOKEN_MIN,
+    STANDARD,
+    reductions,
+)
 
 # Upper bound on a log importance ratio before exp(). exp(10) ~ 2.2e4 is far outside any clip band,
 # so the bound only changes a loss that is already pathological, and it keeps exp() finite in
@@ -31,13 +47,7 @@ AGGREGATIONS = (SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM)
 
 
 # How each metric made here reduces over micro-batches (gspo.algos.registry.REDUCTIONS).
-STANDARD_METRICS = {
-    "clip/token_frac": OVER_TOKENS, "clip/low_frac": OVER_TOKENS, "clip/high_frac": OVER_TOKENS,
-    "clip/ratio_out_of_band_frac": OVER_TOKENS, "clip/seq_frac": SEQ_MEAN,
-    "ratio/token_mean": OVER_TOKENS, "ratio/token_min": MIN, "ratio/token_max": MAX,
-    "ratio/seq_mean": SEQ_MEAN, "ratio/seq_min": MIN, "ratio/seq_max": MAX,
-    "policy/kl_old": OVER_TOKENS, "policy/kl_ref": OVER_TOKENS, "loss/policy": SUM,
-}  # fmt: skip
+STANDARD_METRICS = reductions(STANDARD)  # as the catalogue (algos/metrics.py) declares them
 
 
 def valid_tokens(mask: Tensor) -> Tensor:
@@ -170,11 +180,11 @@ def clip_metrics(*, low: Tensor, high: Tensor, band: Tensor, mask: Tensor) -> di
     clipped = low | high
     n_tokens = mask.sum().clamp(min=1.0)
     return {
-        "clip/token_frac": clipped.sum() / n_tokens,
-        "clip/low_frac": low.sum() / n_tokens,
-        "clip/high_frac": high.sum() / n_tokens,
-        "clip/ratio_out_of_band_frac": band.sum() / n_tokens,
-        "clip/seq_frac": clipped.any(dim=-1).to(mask.dtype).mean(),
+        CLIP_TOKEN_FRAC: clipped.sum() / n_tokens,
+        CLIP_LOW_FRAC: low.sum() / n_tokens,
+        CLIP_HIGH_FRAC: high.sum() / n_tokens,
+        CLIP_OUT_OF_BAND: band.sum() / n_tokens,
+        CLIP_SEQ_FRAC: clipped.any(dim=-1).to(mask.dtype).mean(),
     }
 
 
@@ -199,13 +209,13 @@ def ratio_metrics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
     seq_ratio = torch.exp(seq_log_ratio(log_ratio, mask).clamp(max=MAX_LOG_RATIO))
     token_min, token_max = _masked_extremes(token_ratio, valid)
     return {
-        "ratio/token_mean": masked_mean(token_ratio, mask),
-        "ratio/token_min": token_min,
-        "ratio/token_max": token_max,
-        "ratio/seq_mean": seq_ratio.mean(),
-        "ratio/seq_min": seq_ratio.amin(),
-        "ratio/seq_max": seq_ratio.amax(),
-        "policy/kl_old": masked_mean(k3(log_ratio), mask),
+        RATIO_TOKEN_MEAN: masked_mean(token_ratio, mask),
+        RATIO_TOKEN_MIN: token_min,
+        RATIO_TOKEN_MAX: token_max,
+        RATIO_SEQ_MEAN: seq_ratio.mean(),
+        RATIO_SEQ_MIN: seq_ratio.amin(),
+        RATIO_SEQ_MAX: seq_ratio.amax(),
+        KL_OLD: masked_mean(k3(log_ratio), mask),
     }
 
 
@@ -225,11 +235,11 @@ def finish(
     with micro-batching exactly like the policy term. kl_beta = 0 adds nothing: the loss tensor is
     the policy term itself, while policy/kl_ref is still logged when ref_logp is given.
     """
-    metrics["loss/policy"] = policy_loss
+    metrics[LOSS_POLICY] = policy_loss
     loss = policy_loss
     if ref_logp is not None:
         kl = ref_kl_per_token(logp=logp, ref_logp=ref_logp, mask=mask)
-        metrics["policy/kl_ref"] = masked_mean(kl, mask)
+        metrics[KL_REF] = masked_mean(kl, mask)
         if kl_beta != 0.0:
             # loss = -J + beta * KL(pi || pi_ref)
             loss = policy_loss + kl_beta * reduce_tokens(kl)

@@ -62,6 +62,12 @@ class Family(Metric):
 
 
 CATALOGUE: dict[str, Metric] = {}
+CLIP, RATIO, DIAG = "clip", "ratio", "diag"  # sections (a name's first part) code selects by
+
+
+def section(name: str) -> str:
+    """A name's first part: clip/token_frac -> clip."""
+    return name.split("/", 1)[0]
 
 
 def declare(metric: Metric) -> str:
@@ -171,6 +177,12 @@ DIAG_TOKEN_VAR = declare(Metric("diag/token_logratio_var", "variance of the toke
                                 "token log-ratio variance", LOG, NONNEG))
 DIAG_SEQ_VAR = declare(Metric("diag/seq_logratio_var", "variance of the sequence log-ratios the updates used", None,
                               "sequence log-ratio variance", LOG, NONNEG))
+DIAG_TOKEN_VAR_BUCKET = family(Family("diag/token_logratio_var/len_{lo}_{hi}", "token log-ratio variance of the "
+                                      "sequences whose length lies in [lo, hi)", None, "token log-ratio variance "
+                                      "(length bucket)", LOG, NONNEG))
+DIAG_SEQ_VAR_BUCKET = family(Family("diag/seq_logratio_var/len_{lo}_{hi}", "sequence log-ratio variance of the "
+                                    "sequences whose length lies in [lo, hi)", None, "sequence log-ratio variance "
+                                    "(length bucket)", LOG, NONNEG))
 DIAG_LEN_CORR_TOKEN = declare(Metric("diag/len_corr_token_noise", "correlation of length with |summed token "
                                      "log-ratio| (GRPO's noise grows with length)", None, "length vs token noise",
                                      LINEAR, (-1.0, 1.0)))

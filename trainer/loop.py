@@ -19,6 +19,23 @@ import torch
 from omegaconf import OmegaConf
 
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
+from gspo.algos.metrics import (
+    ENTROPY,
+    EVAL,
+    EVAL_ACCURACY,
+    FRAC_ZERO_STD,
+    LEN_MAX,
+    LEN_MEAN,
+    REWARD_MEAN,
+    REWARD_STD,
+    REWARD_TASK,
+    TIME_PHASE,
+    TIME_ROLLOUT,
+    TIME_STEP,
+    TIME_UPDATE,
+    TOKENS_PER_S,
+    TRUNCATED_FRAC,
+)
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
@@ -216,7 +233,7 @@ def _steps_text(steps: list[int]) -> str:
 
 def _collapse_detector(cfg, task: Task, run: RunDir) -> CollapseDetector:
     """A detector that has seen the run's logged rows (a resumed run continues where it was)."""
-    detector = CollapseDetector(cfg.train.collapse, f"eval/{task.name}/accuracy")
+    detector = CollapseDetector(cfg.train.collapse, EVAL.format(task.name, EVAL_ACCURACY))
     for row in read_jsonl(run.path / "metrics.jsonl"):
         detector.observe(row)
     return detector
@@ -305,22 +322,22 @@ def step_row(task_name: str, group_size: int, sampled: Sampled, entropy, update_
     lengths = mask.sum(-1)
     step_s = sum(times.values())
     return {
-        "reward/mean": rewards.mean().item(),
-        "reward/std": rewards.std().item(),
-        f"reward/{task_name}": rewards.mean().item(),
-        "reward/frac_zero_std_groups": frac_zero_std_groups(sampled.rewards, group_size).item(),
-        "completion/len_mean": lengths.mean().item(),
-        "completion/len_max": lengths.max().item(),
-        "completion/truncated_frac": rollout.truncated.float().mean().item(),
-        "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
+        REWARD_MEAN: rewards.mean().item(),
+        REWARD_STD: rewards.std().item(),
+        REWARD_TASK.format(task_name): rewards.mean().item(),
+        FRAC_ZERO_STD: frac_zero_std_groups(sampled.rewards, group_size).item(),
+        LEN_MEAN: lengths.mean().item(),
+        LEN_MAX: lengths.max().item(),
+        TRUNCATED_FRAC: rollout.truncated.float().mean().item(),
+        ENTROPY: ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
         **sampled.metrics,
         **update_metrics,
-        "time/rollout_s": times["generate"] + times["grade"],
-        "time/update_s": times["old_logp"] + times["updates"],
-        "time/step_s": step_s,
+        TIME_ROLLOUT: times["generate"] + times["grade"],
+        TIME_UPDATE: times["old_logp"] + times["updates"],
+        TIME_STEP: step_s,
         # the split of the step: sampling, grading, old (and reference) log-probs, the optimizer updates
-        **{f"time/{k}_s": v for k, v in times.items()},
-        "throughput/tokens_per_s": lengths.sum().item() / max(step_s, 1e-9),
+        **{TIME_PHASE.format(k): v for k, v in times.items()},
+        TOKENS_PER_S: lengths.sum().item() / max(step_s, 1e-9),
     }
 
 
@@ -345,6 +362,6 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     results = {task.name: task_metrics, **bench_metrics}
     row = {}
     for name, metrics in results.items():
-        log(f"step {step}: " + ", ".join(f"eval/{name}/{k} {v:.3f}" for k, v in metrics.items()))
-        row |= {f"eval/{name}/{k}": v for k, v in metrics.items()}
+        log(f"step {step}: " + ", ".join(f"{EVAL.format(name, k)} {v:.3f}" for k, v in metrics.items()))
+        row |= {EVAL.format(name, k): v for k, v in metrics.items()}
     return row

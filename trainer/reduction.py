@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from gspo.algos.metrics import DIAG, section
 from gspo.algos.registry import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
 from gspo.trainer import distributed
 
@@ -70,4 +71,4 @@ def to_host(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
     """0-dim device tensors -> floats, in one host sync. A NaN diag/ entry means nothing to measure this
     step (a length bucket with under 2 values) and is left out; any other NaN is kept, it is news."""
     values = torch.stack([v.float() for v in metrics.values()]).tolist() if metrics else []
-    return {k: v for k, v in zip(metrics, values, strict=True) if not (k.startswith("diag/") and v != v)}
+    return {k: v for k, v in zip(metrics, values, strict=True) if not (section(k) == DIAG and v != v)}

@@ -25,6 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from gspo.algos import constant_groups, overlong_penalty
+from gspo.algos.metrics import (
+    DRAWS,
+    GROUPS_DRAWN,
+    GROUPS_DROPPED,
+    GROUPS_KEPT,
+    GROUPS_REFILLED,
+    OVERLONG_PENALTY,
+)
 from gspo.trainer import distributed
 from gspo.trainer.distributed import World
 from gspo.trainer.rollout import Rollout, concat_rollouts
@@ -75,9 +83,9 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
             break
     refill = dropped[: B - n_kept]
     batch = _join([*kept, *((part, [g]) for part, g in refill)], conf.train.group_size, engine.tokenizer.pad_token_id)
-    batch.metrics = {"sampling/groups_drawn": float(draws * B), "sampling/groups_kept": float(n_kept),
-                     "sampling/groups_dropped": float(len(dropped)), "sampling/draws": float(draws),
-                     "sampling/groups_refilled": float(len(refill)), **_penalty_metric(batch, r)}
+    batch.metrics = {GROUPS_DRAWN: float(draws * B), GROUPS_KEPT: float(n_kept),
+                     GROUPS_DROPPED: float(len(dropped)), DRAWS: float(draws),
+                     GROUPS_REFILLED: float(len(refill)), **_penalty_metric(batch, r)}
     batch.times = times
     return batch
 
@@ -109,7 +117,7 @@ def _draw(step: int, k: int, conf, engine, task: Task, device: torch.device, wor
 def _penalty_metric(batch: Sampled, sampling) -> dict[str, float]:
     if not sampling.overlong_buffer:
         return {}
-    return {"reward/overlong_penalty": (batch.rewards - batch.task_rewards).mean().item()}
+    return {OVERLONG_PENALTY: (batch.rewards - batch.task_rewards).mean().item()}
 
 
 def _join(parts: list[tuple[Sampled, list[int]]], G: int, pad_id: int) -> Sampled:

@@ -24,7 +24,8 @@ import torch
 
 from gspo.algos import get as get_algorithm
 from gspo.algos import policy_loss, ratio_diagnostics
-from gspo.algos.registry import SEQ_MEAN, SUM
+from gspo.algos.metrics import CLIP, GRAD_NORM, LR, RATIO, reductions, section
+from gspo.algos.registry import SUM
 from gspo.trainer import distributed, fsdp
 from gspo.trainer.context import StepContext
 from gspo.trainer.distributed import World
@@ -40,7 +41,7 @@ __all__ = ["UPDATE_METRICS", "Batch", "micro_batches", "run_updates", "score", "
 # where the update's tests have always imported them from
 
 # The update's own metrics, reduced like the algorithm's: means over the updates of a step.
-UPDATE_METRICS = {"optim/grad_norm": SEQ_MEAN, "optim/lr": SEQ_MEAN}
+UPDATE_METRICS = reductions((GRAD_NORM, LR))
 
 
 @dataclass
@@ -109,8 +110,8 @@ def _optimizer_step(ctx: StepContext, batch: Batch, idx: list[int], state: _Pass
     if not fsdp.is_sharded(ctx.model):  # FSDP reduce-scatters the gradients in each backward
         distributed.sum_grads(ctx.precision.params, ctx.world)  # [distributed] the global gradient
     guard = _nonfinite_guard(ctx.optimizer, metrics, state.per_update, state.kinds)
-    metrics["optim/grad_norm"] = ctx.precision.step(ctx.optimizer, ctx.train.max_grad_norm, guard=guard).detach()
-    metrics["optim/lr"] = torch.tensor(ctx.scheduler.get_last_lr()[0], device=batch.advantages.device)
+    metrics[GRAD_NORM] = ctx.precision.step(ctx.optimizer, ctx.train.max_grad_norm, guard=guard).detach()
+    metrics[LR] = torch.tensor(ctx.scheduler.get_last_lr()[0], device=batch.advantages.device)
     ctx.scheduler.step()
     return metrics
 
@@ -141,14 +142,14 @@ def _nonfinite_guard(optimizer, metrics: dict, done: list[dict], kinds: dict[str
     def guard(norm: torch.Tensor | None) -> None:
         values = {k: v for k, v in metrics.items() if kinds.get(k) == SUM}  # the loss terms
         if norm is not None:
-            values["optim/grad_norm"] = norm
+            values[GRAD_NORM] = norm
         if norm is not None and norm.device.type == "meta":
             return  # meta tensors hold no values (the device-placement test runs the update there)
         if bool(torch.stack([v.detach().float() for v in values.values()]).isfinite().all()):
             return
         optimizer.zero_grad(set_to_none=True)
         bad = [k for k, v in values.items() if not bool(v.isfinite())]
-        ratios = [{k: v for k, v in r.items() if k.startswith(("ratio/", "clip/"))} for r in [*done, metrics]]
+        ratios = [{k: v for k, v in r.items() if section(k) in (RATIO, CLIP)} for r in [*done, metrics]]
         raise NonFinite(f"{', '.join(sorted(bad, reverse=True))} in update {len(done) + 1}",
                         {"ratio_stats": to_host(reduce_metrics(ratios, kinds))})
 
