@@ -68,7 +68,7 @@ class _Pass:
 
 def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
            seed: int, undoable: bool = False, world: World = World()) -> dict[str, torch.Tensor]:
-    """`run_updates` from the parts of a context: the form the update's tests and benchmarks call
+    """`run_updates` from the parts of a context: the form the update's tests call
     (`rollout`: the config's rollout node, the context's `sampling`)."""
     ctx = StepContext(algo, train, rollout, model=model, precision=precision, optimizer=optimizer,
                       scheduler=scheduler, world=world)

@@ -1,8 +1,8 @@
 """Mutation check: does some test fail when a feature is deliberately broken? Run by hand, not in CI.
 
-    python benchmarks/mutations.py            # every breakage
-    python benchmarks/mutations.py nproc kl   # only those whose name contains one of the words
-    python benchmarks/mutations.py --all bwrap  # without -x: every test that fails, not only the first
+    python perf/mutations.py            # every breakage
+    python perf/mutations.py nproc kl   # only those whose name contains one of the words
+    python perf/mutations.py --all bwrap  # without -x: every test that fails, not only the first
 
 Each breakage is a literal text replacement in one or more source files (it must match exactly once,
 so a stale entry fails loudly instead of silently testing nothing). The files are changed in place,
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKUP = ROOT / "benchmarks" / ".mutations-backup.json"  # exists only while a mutant is applied
-LOCK = ROOT / "benchmarks" / ".mutations.lock"  # one run at a time: two would restore each other's mutants
+BACKUP = ROOT / "perf" / ".mutations-backup.json"  # exists only while a mutant is applied
+LOCK = ROOT / "perf" / ".mutations.lock"  # one run at a time: two would restore each other's mutants
 TIMEOUT_S = 600
 
 

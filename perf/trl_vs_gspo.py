@@ -8,9 +8,9 @@ Each arm runs in its own process (so its startup and peak RSS are its own); arms
 process's first rollout batch is a warm-up that is not counted.
 
     pip install -e '.[bench]'
-    python benchmarks/trl_vs_gspo.py                          # GRPO and GSPO, 5 repeats, B=16 G=8 T=64 M=4
-    python benchmarks/trl_vs_gspo.py --algos gspo --repeats 7 --batches 3
-    python benchmarks/trl_vs_gspo.py --scaling --arms gspo    # s per rollout batch as G, B and T double
+    python perf/trl_vs_gspo.py                          # GRPO and GSPO, 5 repeats, B=16 G=8 T=64 M=4
+    python perf/trl_vs_gspo.py --algos gspo --repeats 7 --batches 3
+    python perf/trl_vs_gspo.py --scaling --arms gspo    # s per rollout batch as G, B and T double
 
 Printed per arm: seconds per rollout batch and per optimizer step, the split (generation, grading, old
 log-probs, update, overhead), generated tokens/s, peak RSS, startup; then the ratios TRL / gspo (median
