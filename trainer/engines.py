@@ -13,9 +13,9 @@ from gspo.trainer.rollout import HFEngine
 from gspo.trainer.scoring import ENGINE, old_logp_origin
 
 
-def require_engine(rollout) -> None:
-    """Fail before a run starts when the configured engine's library is missing."""
-    if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+def require_engine(sampling) -> None:
+    """Fail before a run starts when the configured engine's library is missing (`sampling`: cfg.rollout)."""
+    if sampling.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
 
 

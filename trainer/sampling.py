@@ -62,8 +62,8 @@ class Sampled:
 
 def sample_batch(step: int, conf, engine, task: Task, device: torch.device, world: World) -> Sampled:
     """The step's batch under `conf` (a trainer.context.StepContext: seed, train, sampling = cfg.rollout, chat)."""
-    B, r = conf.train.prompts_per_step, conf.sampling
-    rounds = r.max_draws if r.dynamic_sampling else 1
+    B, sampling = conf.train.prompts_per_step, conf.sampling
+    rounds = sampling.max_draws if sampling.dynamic_sampling else 1
     kept: list[tuple[Sampled, list[int]]] = []  # (round, its groups kept)
     dropped: list[tuple[Sampled, int]] = []
     n_kept = draws = 0
@@ -72,7 +72,7 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
         part = _draw(step, k, conf, engine, task, device, world)
         draws += 1
         times = {key: times[key] + part.times[key] for key in times}
-        if not r.dynamic_sampling:
+        if not sampling.dynamic_sampling:
             return part
         empty = constant_groups(part.rewards, conf.train.group_size).tolist()  # [B]
         good = [g for g in range(B) if not empty[g]][: B - n_kept]
@@ -85,7 +85,7 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
     batch = _join([*kept, *((part, [g]) for part, g in refill)], conf.train.group_size, engine.tokenizer.pad_token_id)
     batch.metrics = {GROUPS_DRAWN: float(draws * B), GROUPS_KEPT: float(n_kept),
                      GROUPS_DROPPED: float(len(dropped)), DRAWS: float(draws),
-                     GROUPS_REFILLED: float(len(refill)), **_penalty_metric(batch, r)}
+                     GROUPS_REFILLED: float(len(refill)), **_penalty_metric(batch, sampling)}
     batch.times = times
     return batch
 
