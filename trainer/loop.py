@@ -43,7 +43,7 @@ from gspo.trainer import distributed, fsdp
 from gspo.trainer.advantages import check_algorithm, corrected, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
 from gspo.trainer.context import StepContext
-from gspo.trainer.distributed import FollowerRun, NullLoggers
+from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
@@ -100,38 +100,17 @@ def train(cfg, log=print) -> Path:
 
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
-    device, precision_name, world = compute
+    world = compute[2]
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
     sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/fsdp.py; fsdp.check has made sure there are ranks
     if ckpt and fsdp.is_sharded_checkpoint(ckpt) != sharded:
         raise GspoError(f"resume: {ckpt.name} was saved with train.fsdp={not sharded}; resume with the same setting")
-    # a sharded checkpoint's weights are its shards: the model starts as the run did and loads them below
-    # rank 0 first: a cold start or hub download is made once, the other ranks read the cache
-    model, tokenizer = distributed.main_first(
-        lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
-    if cfg.algo.routing_replay != "none" and not find_routers(model):
-        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
-                        "top-k router modules")
-    model.to(device)
-    if cfg.train.compile:
-        compile_body(model)
-    bf16 = precision_name == "bf16"
-    if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
-        fsdp.shard(model, bf16=bf16)
-        precision_name = "fp32"
-    precision = Precision(model, precision_name, device)
+    model, tokenizer, precision, bf16 = _policy(cfg, ckpt, compute, log)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
-    aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
-    if aside:
-        log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
-            f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
-            "those steps again as it redoes them")
-    run.write_config(config_to_yaml(cfg))
-    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
-                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
+    _open_run(cfg, run, ckpt, start, world, unrebuilt, log)
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -141,43 +120,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                                shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)
         replay = cfg.algo.routing_replay  # none, trainer (R2) or rollout (R3): whose experts are compared and replayed
         routing = RoutingRecorder(model, replay=replay != "none", source="rollout" if replay == "rollout" else "trainer")
-        collapse = _collapse_detector(cfg, task, run)
         ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler,
                              ref_model=ref_model, engine=engine, routing=routing, world=world)
-        # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
-        # collectives) every rank evaluates and rank 0 alone writes
-        evaluates = world.main or sharded
-        with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
-            say = bar.wrap(log)
-            if start == 0 and evaluates:
-                bar.phase("eval at step 0")
-                row0 = _evaluate(cfg, engine, task, benches, 0, loggers, say)
-                loggers.metrics(0, row0)
-                _watch(collapse, cfg, run, 0, row0, say)
-            for step in range(start + 1, cfg.train.steps + 1):
-                bar.phase(None)
-                try:
-                    row = train_step(step, ctx, task, loggers)
-                except NonFinite as e:
-                    row = handle_nonfinite(cfg, run, step, e, say)
-                last = step == cfg.train.steps
-                if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
-                    bar.phase(f"eval at step {step}")
-                    row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
-                loggers.metrics(step, row)
-                stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
-                last = last or stop
-                save = last or (cfg.train.save_every and step % cfg.train.save_every == 0)
-                if save and sharded:
-                    save_sharded_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision, world,
-                                            keep=cfg.train.keep_checkpoints, full=last)  # every rank
-                elif save and world.main:
-                    save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
-                                    keep=cfg.train.keep_checkpoints)
-                run.set_status("running", step=step)
-                bar.advance(row)
-                if stop:
-                    break
+        _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -200,6 +145,85 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             if note:
                 log(note)
     return run.path
+
+
+def _policy(cfg, ckpt: Path | None, compute, log) -> tuple:
+    """(model, tokenizer, Precision, bf16) on the run's device: loaded (rank 0 first: a cold start or hub
+    download is made once, the other ranks read the cache), compiled and sharded as configured. A sharded
+    checkpoint's weights are its shards: the model starts as the run did and load_checkpoint loads them."""
+    device, precision_name, world = compute
+    sharded = bool(cfg.train.fsdp)
+    model, tokenizer = distributed.main_first(
+        lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
+    if cfg.algo.routing_replay != "none" and not find_routers(model):
+        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
+                        "top-k router modules")
+    model.to(device)
+    if cfg.train.compile:
+        compile_body(model)
+    bf16 = precision_name == "bf16"
+    if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
+        fsdp.shard(model, bf16=bf16)
+        precision_name = "fp32"
+    return model, tokenizer, Precision(model, precision_name, device), bf16
+
+
+def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unrebuilt: list[int], log) -> None:
+    """Logs cut back to the restart point (rows set aside, never lost), the config written, status running."""
+    aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
+    if aside:
+        log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
+            f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
+            "those steps again as it redoes them")
+    run.write_config(config_to_yaml(cfg))
+    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
+                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
+
+
+def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int, tokenizer, log) -> None:
+    """Steps start+1.. of the run, with the step-0 eval of a fresh one; `work`: (task, benchmarks). Stops at
+    train.steps, or at a collapse with train.stop_on_collapse."""
+    task, benches = work
+    world, sharded = ctx.world, bool(cfg.train.fsdp)
+    collapse = _collapse_detector(cfg, task, run)
+    # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
+    # collectives) every rank evaluates and rank 0 alone writes
+    evaluates = world.main or sharded
+    with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
+        say = bar.wrap(log)
+        if start == 0 and evaluates:
+            bar.phase("eval at step 0")
+            row0 = _evaluate(cfg, ctx.engine, task, benches, 0, loggers, say)
+            loggers.metrics(0, row0)
+            _watch(collapse, cfg, run, 0, row0, say)
+        for step in range(start + 1, cfg.train.steps + 1):
+            bar.phase(None)
+            try:
+                row = train_step(step, ctx, task, loggers)
+            except NonFinite as e:
+                row = handle_nonfinite(cfg, run, step, e, say)
+            last = step == cfg.train.steps
+            if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+                bar.phase(f"eval at step {step}")
+                row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say)
+            loggers.metrics(step, row)
+            stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
+            last = last or stop
+            if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
+                _save(cfg, run, step, ctx, tokenizer, full=last)
+            run.set_status("running", step=step)
+            bar.advance(row)
+            if stop:
+                break
+
+
+def _save(cfg, run: RunDir, step: int, ctx: StepContext, tokenizer, *, full: bool) -> None:
+    """A checkpoint of step `step`: sharded by every rank under FSDP (`full`: also the whole weights), else by rank 0."""
+    parts = (ctx.model, tokenizer, ctx.optimizer, ctx.scheduler, ctx.precision)
+    if cfg.train.fsdp:
+        save_sharded_checkpoint(run, step, *parts, ctx.world, keep=cfg.train.keep_checkpoints, full=full)
+    elif ctx.world.main:
+        save_checkpoint(run, step, *parts, keep=cfg.train.keep_checkpoints)
 
 
 def _resume_point(run: RunDir, log) -> tuple[Path | None, list[int]]:
