@@ -11,6 +11,8 @@ Nothing here calls `.item()`: losses and metrics stay on the device, with no hos
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -217,6 +219,45 @@ def ratio_metrics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
         RATIO_SEQ_MAX: seq_ratio.amax(),
         KL_OLD: masked_mean(k3(log_ratio), mask),
     }
+
+
+@dataclass(frozen=True)
+class LossInputs:
+    """What every policy loss is given, checked once by registry.policy_loss. logp, old_logp, mask, ref_logp:
+    [N, T]; advantages: [N] ([N, T] where the algorithm takes token advantages). The trainer's context:
+    `ref_logp` (None: no reference model), `kl_beta`, the minibatch's `seq_denominator` / `token_denominator`
+    (so micro-batch losses sum to the minibatch's), `max_len` (Dr. GRPO's constant normaliser)."""
+
+    logp: Tensor
+    old_logp: Tensor
+    advantages: Tensor
+    mask: Tensor
+    clip_low: float
+    clip_high: float
+    ref_logp: Tensor | None = None
+    kl_beta: float = 0.0
+    seq_denominator: float | None = None
+    token_denominator: float | None = None
+    max_len: float | None = None
+
+    def log_ratio(self) -> Tensor:
+        """l_it = logp_it - old_logp_it [N, T], 0 on padding."""
+        return token_log_ratio(self.logp, self.old_logp, self.mask)
+
+    def token_advantages(self) -> Tensor:
+        """The advantages broadcastable over tokens: [N, T] as given, or [N, 1]."""
+        return self.advantages if self.advantages.dim() == 2 else self.advantages.unsqueeze(-1)
+
+    def reducer(self, aggregation: str) -> Callable[[Tensor], Tensor]:
+        """Per-token values [N, T] -> the scalar of `aggregation`, with the minibatch's denominators."""
+        return partial(aggregate, mask=self.mask, aggregation=aggregation, max_len=self.max_len,
+                       seq_denominator=self.seq_denominator, token_denominator=self.token_denominator)
+
+    def finish(self, policy_loss: Tensor, metrics: dict[str, Tensor],
+               reduce_tokens: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """`finish` with these inputs: the optional KL term added, the metrics detached."""
+        return finish(policy_loss, metrics, reduce_tokens, logp=self.logp, ref_logp=self.ref_logp, mask=self.mask,
+                      kl_beta=self.kl_beta)
 
 
 def finish(

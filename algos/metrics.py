@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .registry import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
+from .reductions import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
 
 HIGHER, LOWER, MECHANISM = "higher", "lower", "mechanism"  # higher / lower is better; neither
 LINEAR, LOG = "linear", "log"

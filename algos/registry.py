@@ -1,12 +1,14 @@
 """The algorithm registry: a name -> the algorithm's loss, its own options and how its metrics reduce.
 
     @register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS)
-    def grpo_loss(*, logp, old_logp, advantages, mask, clip_low, clip_high, aggregation, ...): ...
+    def grpo_loss(x: LossInputs, *, aggregation: str): ...
 
-A policy-loss function takes keyword-only tensors (logp, old_logp, advantages, mask) and the clip
-bounds (REQUIRED), any of the trainer's CONTEXT it uses (reference log-probs, the KL weight, the
-minibatch's denominators, the completion budget), and its own options: the fields of its `options`
-dataclass, which is what the config's `algo.options` holds. It returns (loss, metrics): 0-dim detached
+A policy-loss function takes the typed `LossInputs` (algos/common.py: the tensors logp, old_logp,
+advantages, mask, the clip bounds and the trainer's context: reference log-probs, the KL weight, the
+minibatch's denominators, the completion budget), checked once by `policy_loss`, and its own options as
+keywords: the fields of its `options` dataclass, which is what the config's `algo.options` holds. A quick
+loss (a test's throwaway) may instead take the inputs as keywords: the REQUIRED ones and any of CONTEXT it
+uses. It returns (loss, metrics): 0-dim detached
 tensors, each a mean over the micro-batch's tokens or sequences, a sum, or an extreme, as its `metrics`
 declaration says (REDUCTIONS), so the trainer reduces them over micro-batches without knowing names.
 """
@@ -21,6 +23,9 @@ from typing import Any
 
 from torch import Tensor
 
+from .common import LossInputs
+from .reductions import MAX, MIN, REDUCTIONS, SEQ_MEAN, SUM, TOKEN_MEAN  # noqa: F401  (re-exported)
+
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
 # Arguments every algorithm takes.
@@ -28,13 +33,6 @@ REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")
 # What the trainer offers every loss; a loss declares the ones it uses.
 CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len")
 
-# How a metric combines over micro-batches and minibatches:
-#   token_mean: a mean over valid tokens   -> sum of value x tokens, divided by the tokens
-#   seq_mean:   a mean over sequences      -> sum of value x sequences, divided by the sequences
-#   sum:        already scaled by the minibatch's denominators (the loss terms) -> parts add up
-#   min, max:   extremes
-TOKEN_MEAN, SEQ_MEAN, SUM, MIN, MAX = "token_mean", "seq_mean", "sum", "min", "max"
-REDUCTIONS = (TOKEN_MEAN, SEQ_MEAN, SUM, MIN, MAX)
 
 
 @dataclass(frozen=True)
@@ -72,11 +70,14 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         if name in ALGOS:
             raise ValueError(f"algorithm {name!r} is already registered")
         params = inspect.signature(fn).parameters
-        missing = [arg for arg in REQUIRED if arg not in params]
-        if missing:
-            raise TypeError(f"algorithm {name!r} lacks required keyword arguments {missing}")
         declared = {f.name for f in dataclasses.fields(options)}
-        undeclared = [p for p in params if p not in (*REQUIRED, *CONTEXT) and p not in declared]
+        if takes_inputs(fn):  # fn(x: LossInputs, *, <its options>)
+            undeclared = [p for p in list(params)[1:] if p not in declared]
+        else:  # fn(*, <REQUIRED>, <CONTEXT it uses>, <its options>)
+            missing = [arg for arg in REQUIRED if arg not in params]
+            if missing:
+                raise TypeError(f"algorithm {name!r} lacks required keyword arguments {missing}")
+            undeclared = [p for p in params if p not in (*REQUIRED, *CONTEXT) and p not in declared]
         if undeclared:
             raise TypeError(f"algorithm {name!r}: parameters {undeclared} are neither context nor options")
         bad = {k: v for k, v in metrics.items() if v not in REDUCTIONS}
@@ -126,14 +127,24 @@ def policy_loss(
     algo = get(name)
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low, clip_high=clip_high,
                  ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo)
+    options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
+    inputs = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "clip_low": clip_low,
+              "clip_high": clip_high}
+    if takes_inputs(algo.loss):  # every built-in loss: it has a KL term (common.finish)
+        context = {k: v for k, v in kwargs.items() if k in CONTEXT}
+        return algo.loss(LossInputs(**inputs, **context), **dataclasses.asdict(options))
     params = inspect.signature(algo.loss).parameters
-    context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
     if kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight must never be dropped silently
         raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
-    options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
-    return algo.loss(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                     clip_high=clip_high, **context, **dataclasses.asdict(options))
+    context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
+    return algo.loss(**inputs, **context, **dataclasses.asdict(options))
 
+
+def takes_inputs(fn: LossFn) -> bool:
+    """Whether a loss takes the typed LossInputs as its one positional argument (else keywords)."""
+    first = next(iter(inspect.signature(fn).parameters.values()), None)
+    return first is not None and first.kind is not inspect.Parameter.KEYWORD_ONLY and \
+        first.annotation in (LossInputs, "LossInputs")
 
 def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
                  ref_logp: Tensor | None, kl_beta: float, algo: Algorithm) -> None:
