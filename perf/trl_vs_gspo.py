@@ -74,6 +74,7 @@ def run_gspo(args, work: dict) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
+    from gspo.algos.metrics import LEN_MEAN, REWARD_MEAN, TIME_PHASE
     from gspo.conf.compose import compose_config
     from gspo.trainer.context import StepContext
     from gspo.trainer.engines import make_engine
@@ -106,13 +107,14 @@ def run_gspo(args, work: dict) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         row = train_step(step, ctx, task, NoSamples())
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        split = {"generation": row["time/generate_s"], "grading": row["time/grade_s"],
-                 "old_logp": row["time/old_logp_s"], "update": row["time/updates_s"]}
+        phase = {k: row[TIME_PHASE.format(k)] for k in ("generate", "grade", "old_logp", "updates")}
+        split = {"generation": phase["generate"], "grading": phase["grade"], "old_logp": phase["old_logp"],
+                 "update": phase["updates"]}
         split["overhead"] = wall - sum(split.values())
         batches.append({"wall": wall, "cpu": cpu, **split, "prompts": _prompt_hash(format_prompts(tokenizer, items, chat=False)),
                         "completions": args.prompts * args.group,
-                        "tokens": row["completion/len_mean"] * args.prompts * args.group,
-                        "len_mean": row["completion/len_mean"], "reward": row["reward/mean"]})
+                        "tokens": row[LEN_MEAN] * args.prompts * args.group,
+                        "len_mean": row[LEN_MEAN], "reward": row[REWARD_MEAN]})
     config = {"algo": cfg.algo.name, "clip": [cfg.algo.clip_low, cfg.algo.clip_high],
               "aggregation": cfg.algo.options.get("aggregation", "sequence mean (GSPO)"), "adv": f"(r - mean) / (std + {cfg.algo.adv_eps})",
               "kl_beta": cfg.algo.kl_beta, "old_logp": cfg.algo.old_logp_source,
