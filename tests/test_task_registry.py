@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gspo.evals.arith import make_split
 from gspo.trainer.task_types import Item, Task, uniform_draw
 from gspo.trainer.tasks import TASKS, TRAINS, register_task, task_kind
@@ -14,9 +16,8 @@ ONE_STEP = (f"seed={LEARNING_SEED}", "train.steps=1", "train.eval_every=0", "log
 
 
 def _digit_count(responses: list[str], golds: list[str]) -> list[float]:
-    """The throwaway reward: the share of the gold's digits that the response contains, a value the tiny
-    model's arithmetic answers reach in part (a grader no built-in task has)."""
-    return [sum(d in r for d in g) / len(g) for r, g in zip(responses, golds, strict=True)]
+    """The throwaway reward, a rule no built-in grader follows: the response's length mod 5, over 4."""
+    return [(len(r) % 5) / 4 for r in responses]
 
 
 def build_digits(cfg) -> Task:
@@ -39,8 +40,9 @@ def test_a_new_task_kind_is_one_builder_one_register_line_and_one_yaml(gspo, tmp
         samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
         # the task's own scorer made the rewards: each sample's reward is _digit_count of its completion
         assert samples and all(s["grader"] == "digits" for s in samples)
-        assert [s["reward"] for s in samples] == _digit_count([s["completion"] for s in samples],
-                                                              [s["gold"] for s in samples])
+        want = _digit_count([s["completion"] for s in samples], [s["gold"] for s in samples])
+        assert [s["reward"] for s in samples] == pytest.approx(want, abs=1e-6)
+        assert len(set(want)) > 1  # the rule told the completions apart: an arith grade could not pass by chance
         assert "reward/digits" in rows[1] and "eval/digits/accuracy" in rows[0]
         # without the yaml the kind is not a choice: a one-line error naming the known kinds
         bad = gspo.invoke("train", "-q", f"output_dir={tmp_path / 'bad'}", "task.kind=digits")
