@@ -125,17 +125,18 @@ def policy_loss(
     KL term raises TypeError) and the algorithm's options; an option it does not declare raises TypeError.
     """
     algo = get(name)
+    typed = takes_inputs(algo.loss)  # every built-in loss: it has a KL term (common.finish)
+    params = inspect.signature(algo.loss).parameters
+    if not typed and kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight is never dropped silently
+        raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low, clip_high=clip_high,
                  ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo)
     options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
     inputs = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "clip_low": clip_low,
               "clip_high": clip_high}
-    if takes_inputs(algo.loss):  # every built-in loss: it has a KL term (common.finish)
+    if typed:
         context = {k: v for k, v in kwargs.items() if k in CONTEXT}
         return algo.loss(LossInputs(**inputs, **context), **dataclasses.asdict(options))
-    params = inspect.signature(algo.loss).parameters
-    if kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight must never be dropped silently
-        raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
     context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
     return algo.loss(**inputs, **context, **dataclasses.asdict(options))
 
