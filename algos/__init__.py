@@ -7,10 +7,10 @@ group-relative advantages: pure tensor math.
                                 clip_low=3e-4, clip_high=4e-4)
 
 Each algorithm registers its loss with its own options (a dataclass: GRPO's aggregation) and how each
-of its metrics reduces over micro-batches (registry.REDUCTIONS); the trainer's context (ref_logp,
-kl_beta, seq_denominator, token_denominator, max_len) goes to the losses that declare it; an unknown
-option raises TypeError. Metrics are detached 0-dim tensors named as in DESIGN.md ("clip/token_frac",
-"ratio/seq_mean", "policy/kl_old", "loss/policy", ...). Advantage estimators: `estimate(name, ...)`,
+of its metrics reduces over micro-batches (reductions.py); each loss takes the typed `LossInputs`
+(the tensors, clip bounds and the trainer's context: ref_logp, kl_beta, seq_denominator, token_denominator,
+max_len), checked once by `policy_loss`; an unknown option raises TypeError. Metrics are detached 0-dim
+tensors, each declared once in the catalogue (metrics.py: name, meaning, reduction, plot label and scale). Advantage estimators: `estimate(name, ...)`,
 "group" ([N]) or "step" (per-token credit from graded steps, [N, T]).
 This package imports nothing else of gspo's.
 """

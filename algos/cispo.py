@@ -19,7 +19,6 @@ The bounds act on the weight, which carries no gradient: every token keeps its g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch import Tensor
@@ -28,13 +27,10 @@ from .common import (
     MAX_LOG_RATIO,
     STANDARD_METRICS,
     TOKEN_MEAN,
-    aggregate,
+    LossInputs,
     check_aggregation,
-    check_inputs,
     clip_metrics,
-    finish,
     ratio_metrics,
-    token_log_ratio,
     valid_tokens,
 )
 from .registry import register
@@ -49,40 +45,21 @@ class CispoOptions:
 
 
 @register("cispo", options=CispoOptions, metrics=STANDARD_METRICS, token_advantages=True, no_lower_bound=True)
-def cispo_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    aggregation: str = TOKEN_MEAN,
-    max_len: float | None = None,
-    ref_logp: Tensor | None = None,
-    kl_beta: float = 0.0,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def cispo_loss(x: LossInputs, *, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True, no_lower_bound=True)
-    check_aggregation(aggregation)
-    reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
-                            seq_denominator=seq_denominator, token_denominator=token_denominator)
-    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
+    reduce_tokens = x.reducer(aggregation)
+    log_ratio = x.log_ratio()  # [N, T], 0 on padding
     # r_it = exp(logp_it - old_logp_it), detached: sg(.)
     ratio = torch.exp(log_ratio.detach().clamp(max=MAX_LOG_RATIO))
     # ^r_it = clip(r_it, 1 - eps_lo, 1 + eps_hi)
-    weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    weight = ratio.clamp(1.0 - x.clip_low, 1.0 + x.clip_high)
     # J_it = sg(^r_it) A_i log pi_it  (padding's log-probs, whatever they hold, replaced by 0 first)
-    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)  # [N, T] or [N, 1]
-    objective = weight * adv * torch.where(valid_tokens(mask), logp, torch.zeros_like(logp))
+    adv = x.token_advantages()  # [N, T] or [N, 1]
+    objective = weight * adv * torch.where(valid_tokens(x.mask), x.logp, torch.zeros_like(x.logp))
     policy_loss = -reduce_tokens(objective)
 
-    low, high = ratio < 1.0 - clip_low, ratio > 1.0 + clip_high
-    metrics = clip_metrics(low=low, high=high, band=low | high, mask=mask)
-    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
-    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
-                  kl_beta=kl_beta)
+    low, high = ratio < 1.0 - x.clip_low, ratio > 1.0 + x.clip_high
+    metrics = clip_metrics(low=low, high=high, band=low | high, mask=x.mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
+    return x.finish(policy_loss, metrics, reduce_tokens)
 

@@ -11,12 +11,30 @@ Nothing here calls `.item()`: losses and metrics stay on the device, with no hos
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from .registry import MAX, MIN, SEQ_MEAN, SUM
-from .registry import TOKEN_MEAN as OVER_TOKENS
+from .metrics import (
+    CLIP_HIGH_FRAC,
+    CLIP_LOW_FRAC,
+    CLIP_OUT_OF_BAND,
+    CLIP_SEQ_FRAC,
+    CLIP_TOKEN_FRAC,
+    KL_OLD,
+    KL_REF,
+    LOSS_POLICY,
+    RATIO_SEQ_MAX,
+    RATIO_SEQ_MEAN,
+    RATIO_SEQ_MIN,
+    RATIO_TOKEN_MAX,
+    RATIO_TOKEN_MEAN,
+    RATIO_TOKEN_MIN,
+    STANDARD,
+    reductions,
+)
 
 # Upper bound on a log importance ratio before exp(). exp(10) ~ 2.2e4 is far outside any clip band,
 # so the bound only changes a loss that is already pathological, and it keeps exp() finite in
@@ -31,13 +49,7 @@ AGGREGATIONS = (SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM)
 
 
 # How each metric made here reduces over micro-batches (gspo.algos.registry.REDUCTIONS).
-STANDARD_METRICS = {
-    "clip/token_frac": OVER_TOKENS, "clip/low_frac": OVER_TOKENS, "clip/high_frac": OVER_TOKENS,
-    "clip/ratio_out_of_band_frac": OVER_TOKENS, "clip/seq_frac": SEQ_MEAN,
-    "ratio/token_mean": OVER_TOKENS, "ratio/token_min": MIN, "ratio/token_max": MAX,
-    "ratio/seq_mean": SEQ_MEAN, "ratio/seq_min": MIN, "ratio/seq_max": MAX,
-    "policy/kl_old": OVER_TOKENS, "policy/kl_ref": OVER_TOKENS, "loss/policy": SUM,
-}  # fmt: skip
+STANDARD_METRICS = reductions(STANDARD)  # as the catalogue (algos/metrics.py) declares them
 
 
 def valid_tokens(mask: Tensor) -> Tensor:
@@ -170,11 +182,11 @@ def clip_metrics(*, low: Tensor, high: Tensor, band: Tensor, mask: Tensor) -> di
     clipped = low | high
     n_tokens = mask.sum().clamp(min=1.0)
     return {
-        "clip/token_frac": clipped.sum() / n_tokens,
-        "clip/low_frac": low.sum() / n_tokens,
-        "clip/high_frac": high.sum() / n_tokens,
-        "clip/ratio_out_of_band_frac": band.sum() / n_tokens,
-        "clip/seq_frac": clipped.any(dim=-1).to(mask.dtype).mean(),
+        CLIP_TOKEN_FRAC: clipped.sum() / n_tokens,
+        CLIP_LOW_FRAC: low.sum() / n_tokens,
+        CLIP_HIGH_FRAC: high.sum() / n_tokens,
+        CLIP_OUT_OF_BAND: band.sum() / n_tokens,
+        CLIP_SEQ_FRAC: clipped.any(dim=-1).to(mask.dtype).mean(),
     }
 
 
@@ -199,49 +211,53 @@ def ratio_metrics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
     seq_ratio = torch.exp(seq_log_ratio(log_ratio, mask).clamp(max=MAX_LOG_RATIO))
     token_min, token_max = _masked_extremes(token_ratio, valid)
     return {
-        "ratio/token_mean": masked_mean(token_ratio, mask),
-        "ratio/token_min": token_min,
-        "ratio/token_max": token_max,
-        "ratio/seq_mean": seq_ratio.mean(),
-        "ratio/seq_min": seq_ratio.amin(),
-        "ratio/seq_max": seq_ratio.amax(),
-        "policy/kl_old": masked_mean(k3(log_ratio), mask),
+        RATIO_TOKEN_MEAN: masked_mean(token_ratio, mask),
+        RATIO_TOKEN_MIN: token_min,
+        RATIO_TOKEN_MAX: token_max,
+        RATIO_SEQ_MEAN: seq_ratio.mean(),
+        RATIO_SEQ_MIN: seq_ratio.amin(),
+        RATIO_SEQ_MAX: seq_ratio.amax(),
+        KL_OLD: masked_mean(k3(log_ratio), mask),
     }
 
 
-def check_inputs(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    ref_logp: Tensor | None,
-    kl_beta: float,
-    token_advantages: bool = False,
-    no_lower_bound: bool = False,
-) -> None:
-    """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss.
+@dataclass(frozen=True)
+class LossInputs:
+    """What every policy loss is given, checked once by registry.policy_loss. logp, old_logp, mask, ref_logp:
+    [N, T]; advantages: [N] ([N, T] where the algorithm takes token advantages). The trainer's context:
+    `ref_logp` (None: no reference model), `kl_beta`, the minibatch's `seq_denominator` / `token_denominator`
+    (so micro-batch losses sum to the minibatch's), `max_len` (Dr. GRPO's constant normaliser)."""
 
-    `no_lower_bound`: clip_low = 1 is allowed (a weight clipped below at 0, i.e. not at all: CISPO).
-    """
-    if logp.dim() != 2:
-        raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
-    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
-        if tensor is not None and tensor.shape != logp.shape:
-            raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(tensor.shape)}")
-    allowed = [logp.shape[:1]] + ([logp.shape] if token_advantages else [])
-    if advantages.shape not in allowed:
-        want = " or ".join(str(tuple(shape)) for shape in allowed)
-        raise ValueError(f"advantages must have shape {want}, got {tuple(advantages.shape)}")
-    top = "<=" if no_lower_bound else "<"
-    if not (0.0 <= clip_low and (clip_low <= 1.0 if no_lower_bound else clip_low < 1.0) and clip_high >= 0.0):
-        raise ValueError(f"need 0 <= clip_low {top} 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    if kl_beta < 0.0:
-        raise ValueError(f"kl_beta must be >= 0, got {kl_beta}")
-    if kl_beta != 0.0 and ref_logp is None:
-        raise ValueError(f"kl_beta={kl_beta} needs ref_logp (reference-model log-probs, [N, T])")
+    logp: Tensor
+    old_logp: Tensor
+    advantages: Tensor
+    mask: Tensor
+    clip_low: float
+    clip_high: float
+    ref_logp: Tensor | None = None
+    kl_beta: float = 0.0
+    seq_denominator: float | None = None
+    token_denominator: float | None = None
+    max_len: float | None = None
+
+    def log_ratio(self) -> Tensor:
+        """l_it = logp_it - old_logp_it [N, T], 0 on padding."""
+        return token_log_ratio(self.logp, self.old_logp, self.mask)
+
+    def token_advantages(self) -> Tensor:
+        """The advantages broadcastable over tokens: [N, T] as given, or [N, 1]."""
+        return self.advantages if self.advantages.dim() == 2 else self.advantages.unsqueeze(-1)
+
+    def reducer(self, aggregation: str) -> Callable[[Tensor], Tensor]:
+        """Per-token values [N, T] -> the scalar of `aggregation`, with the minibatch's denominators."""
+        return partial(aggregate, mask=self.mask, aggregation=aggregation, max_len=self.max_len,
+                       seq_denominator=self.seq_denominator, token_denominator=self.token_denominator)
+
+    def finish(self, policy_loss: Tensor, metrics: dict[str, Tensor],
+               reduce_tokens: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """`finish` with these inputs: the optional KL term added, the metrics detached."""
+        return finish(policy_loss, metrics, reduce_tokens, logp=self.logp, ref_logp=self.ref_logp, mask=self.mask,
+                      kl_beta=self.kl_beta)
 
 
 def finish(
@@ -260,11 +276,11 @@ def finish(
     with micro-batching exactly like the policy term. kl_beta = 0 adds nothing: the loss tensor is
     the policy term itself, while policy/kl_ref is still logged when ref_logp is given.
     """
-    metrics["loss/policy"] = policy_loss
+    metrics[LOSS_POLICY] = policy_loss
     loss = policy_loss
     if ref_logp is not None:
         kl = ref_kl_per_token(logp=logp, ref_logp=ref_logp, mask=mask)
-        metrics["policy/kl_ref"] = masked_mean(kl, mask)
+        metrics[KL_REF] = masked_mean(kl, mask)
         if kl_beta != 0.0:
             # loss = -J + beta * KL(pi || pi_ref)
             loss = policy_loss + kl_beta * reduce_tokens(kl)

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from .common import MAX_LOG_RATIO, masked_mean, seq_log_ratio, spread_to_tokens, token_log_ratio, valid_tokens
+from .metrics import CORRECTION_MASKED, CORRECTION_MAX, CORRECTION_MEAN, CORRECTION_TRUNCATED
 
 KINDS = ("none", "tis", "mis")
 LEVELS = ("token", "sequence")
@@ -52,17 +53,17 @@ def correction_weights(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, k
     per_token = rho if level == "token" else spread_to_tokens(rho, mask)  # [N, T]
     valid = valid_tokens(mask)
     metrics = {
-        "correction/weight_mean": masked_mean(per_token, mask),
-        "correction/weight_max": torch.where(valid, per_token, torch.zeros_like(per_token)).amax(),
+        CORRECTION_MEAN: masked_mean(per_token, mask),
+        CORRECTION_MAX: torch.where(valid, per_token, torch.zeros_like(per_token)).amax(),
     }
     if kind == "tis":
         # c = min(rho, cap)
         weights = rho.clamp(max=cap)
-        metrics["correction/truncated_frac"] = masked_mean((per_token > cap).to(mask.dtype), mask)
+        metrics[CORRECTION_TRUNCATED] = masked_mean((per_token > cap).to(mask.dtype), mask)
     else:
         # c = 1 inside [low, high], 0 outside
         inside = (rho >= low) & (rho <= high)
         weights = inside.to(rho.dtype)
         outside = ~(inside if level == "token" else spread_to_tokens(inside, mask))
-        metrics["correction/masked_frac"] = masked_mean(outside.to(mask.dtype), mask)
+        metrics[CORRECTION_MASKED] = masked_mean(outside.to(mask.dtype), mask)
     return weights, metrics

@@ -28,6 +28,19 @@ import torch
 from torch import Tensor
 
 from .common import MAX_LOG_RATIO, out_of_band, seq_log_ratio, token_log_ratio, valid_tokens
+from .metrics import (
+    DIAG_LEN_CORR_SEQ,
+    DIAG_LEN_CORR_TOKEN,
+    DIAG_SEQ_VAR,
+    DIAG_SEQ_VAR_BUCKET,
+    DIAG_TOKEN_VAR,
+    DIAG_TOKEN_VAR_BUCKET,
+    MISMATCH_LOGP,
+    MISMATCH_SEQ_MEAN,
+    MISMATCH_SEQ_OOB,
+    MISMATCH_SEQ_STD,
+    MISMATCH_TOKEN_OOB,
+)
 
 LENGTH_BUCKETS = (1, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097)  # [lo, hi) edges in tokens
 
@@ -60,15 +73,15 @@ def ratio_diagnostics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
     rows = lengths > 0
     total = (log_ratio * mask).sum(dim=-1)  # [N] accumulated token log-ratio
     out = {
-        "diag/token_logratio_var": _var(log_ratio, valid),
-        "diag/seq_logratio_var": _var(seq_lr, rows),
-        "diag/len_corr_token_noise": _corr(lengths, total.abs(), rows),
-        "diag/len_corr_seq_noise": _corr(lengths, seq_lr.abs(), rows),
+        DIAG_TOKEN_VAR: _var(log_ratio, valid),
+        DIAG_SEQ_VAR: _var(seq_lr, rows),
+        DIAG_LEN_CORR_TOKEN: _corr(lengths, total.abs(), rows),
+        DIAG_LEN_CORR_SEQ: _corr(lengths, seq_lr.abs(), rows),
     }
     for lo, hi in zip(LENGTH_BUCKETS[:-1], LENGTH_BUCKETS[1:], strict=True):
         in_bucket = (lengths >= lo) & (lengths < hi)  # [N]
-        out[f"diag/token_logratio_var/len_{lo}_{hi}"] = _var(log_ratio, valid & in_bucket.unsqueeze(-1))
-        out[f"diag/seq_logratio_var/len_{lo}_{hi}"] = _var(seq_lr, in_bucket)
+        out[DIAG_TOKEN_VAR_BUCKET.format(lo, hi)] = _var(log_ratio, valid & in_bucket.unsqueeze(-1))
+        out[DIAG_SEQ_VAR_BUCKET.format(lo, hi)] = _var(seq_lr, in_bucket)
     return out
 
 
@@ -82,9 +95,9 @@ def mismatch_metrics(*, logp: Tensor, engine_logp: Tensor, mask: Tensor, clip_lo
     seq_ratio = torch.exp(seq_log_ratio(log_ratio, mask).clamp(max=MAX_LOG_RATIO))  # [N]
     has_tokens = mask.sum(dim=-1) > 0
     return {
-        "mismatch/logp_abs_diff": log_ratio.abs().sum() / n_tokens,
-        "mismatch/seq_ratio_mean": seq_ratio.mean(),
-        "mismatch/seq_ratio_std": seq_ratio.std(correction=0),
-        "mismatch/token_out_of_band_frac": (out_of_band(token_ratio, clip_low, clip_high) & valid).sum() / n_tokens,
-        "mismatch/seq_out_of_band_frac": (out_of_band(seq_ratio, clip_low, clip_high) & has_tokens).float().mean(),
+        MISMATCH_LOGP: log_ratio.abs().sum() / n_tokens,
+        MISMATCH_SEQ_MEAN: seq_ratio.mean(),
+        MISMATCH_SEQ_STD: seq_ratio.std(correction=0),
+        MISMATCH_TOKEN_OOB: (out_of_band(token_ratio, clip_low, clip_high) & valid).sum() / n_tokens,
+        MISMATCH_SEQ_OOB: (out_of_band(seq_ratio, clip_low, clip_high) & has_tokens).float().mean(),
     }

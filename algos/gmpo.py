@@ -22,8 +22,6 @@ as in GSPO. The loss is -J. Departures and choices:
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import Tensor
 
@@ -31,53 +29,35 @@ from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
-    aggregate,
-    check_inputs,
+    LossInputs,
     clip_metrics,
-    finish,
     masked_sum,
     ratio_metrics,
     seq_lengths,
     seq_mean,
-    token_log_ratio,
     valid_tokens,
 )
 from .registry import register
 
 
 @register("gmpo", metrics=STANDARD_METRICS)
-def gmpo_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    ref_logp: Tensor | None = None,
-    kl_beta: float = 0.0,
-    seq_denominator: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def gmpo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GMPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
-    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
-    sign = torch.sign(advantages).unsqueeze(-1)  # [N, 1]
+    log_ratio = x.log_ratio()  # [N, T], 0 on padding
+    sign = torch.sign(x.advantages).unsqueeze(-1)  # [N, 1]
     # l~_it = sgn(A_i) min(sgn(A_i) l_it, sgn(A_i) clip(l_it, -eps_lo, eps_hi))   (0 where A_i = 0)
-    clipped = sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-clip_low, clip_high))
+    clipped = sign * torch.minimum(sign * log_ratio, sign * log_ratio.clamp(-x.clip_low, x.clip_high))
     # s_i = exp(1/|y_i| sum_t l~_it)
-    seq_ratio = torch.exp((masked_sum(clipped, mask, dim=-1) / seq_lengths(mask)).clamp(max=MAX_LOG_RATIO))
+    seq_ratio = torch.exp((masked_sum(clipped, x.mask, dim=-1) / seq_lengths(x.mask)).clamp(max=MAX_LOG_RATIO))
     # J_i = A_i s_i; a row with no completion token adds 0
-    objective = torch.where(valid_tokens(mask).any(dim=-1), advantages * seq_ratio, torch.zeros_like(seq_ratio))
+    objective = torch.where(valid_tokens(x.mask).any(dim=-1), x.advantages * seq_ratio, torch.zeros_like(seq_ratio))
     # J = 1/G sum_i J_i
-    policy_loss = -seq_mean(objective, seq_denominator=seq_denominator)
+    policy_loss = -seq_mean(objective, seq_denominator=x.seq_denominator)
 
-    adv = advantages.unsqueeze(-1)
-    low, high = (adv < 0) & (log_ratio < -clip_low), (adv > 0) & (log_ratio > clip_high)
-    band = (log_ratio < -clip_low) | (log_ratio > clip_high)
-    metrics = clip_metrics(low=low, high=high, band=band, mask=mask)
-    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
-    reduce_tokens = partial(aggregate, mask=mask, aggregation=SEQ_MEAN_TOKEN_MEAN, max_len=None,
-                            seq_denominator=seq_denominator, token_denominator=None)
-    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
-                  kl_beta=kl_beta)
+    adv = x.advantages.unsqueeze(-1)
+    low, high = (adv < 0) & (log_ratio < -x.clip_low), (adv > 0) & (log_ratio > x.clip_high)
+    band = (log_ratio < -x.clip_low) | (log_ratio > x.clip_high)
+    metrics = clip_metrics(low=low, high=high, band=band, mask=x.mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
+    reduce_tokens = x.reducer(SEQ_MEAN_TOKEN_MEAN)
+    return x.finish(policy_loss, metrics, reduce_tokens)

@@ -23,7 +23,6 @@ The loss is -J. Departures and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch import Tensor
@@ -32,16 +31,13 @@ from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
-    aggregate,
+    LossInputs,
     check_aggregation,
-    check_inputs,
     clip_metrics,
     clipped_objective,
-    finish,
     out_of_band,
     ratio_metrics,
     sign_aware_clip,
-    token_log_ratio,
 )
 from .registry import register
 
@@ -55,37 +51,18 @@ class GrpoOptions:
 
 
 @register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS, token_advantages=True)
-def grpo_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN,
-    max_len: float | None = None,
-    ref_logp: Tensor | None = None,
-    kl_beta: float = 0.0,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def grpo_loss(x: LossInputs, *, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
-    check_aggregation(aggregation)
-    reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
-                            seq_denominator=seq_denominator, token_denominator=token_denominator)
-    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
+    reduce_tokens = x.reducer(aggregation)
+    log_ratio = x.log_ratio()  # [N, T], 0 on padding
     # w_it = exp(logp_it - old_logp_it)
     ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)  # [N, T] or [N, 1]
+    adv = x.token_advantages()  # [N, T] or [N, 1]
     # J_it = min(w_it A_i, clip(w_it, 1 - eps_lo, 1 + eps_hi) A_i)
-    objective = clipped_objective(ratio, adv, clip_low, clip_high)
+    objective = clipped_objective(ratio, adv, x.clip_low, x.clip_high)
     policy_loss = -reduce_tokens(objective)
 
-    low, high = sign_aware_clip(ratio, adv, clip_low, clip_high)
-    metrics = clip_metrics(low=low, high=high, band=out_of_band(ratio, clip_low, clip_high), mask=mask)
-    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
-    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
-                  kl_beta=kl_beta)
+    low, high = sign_aware_clip(ratio, adv, x.clip_low, x.clip_high)
+    metrics = clip_metrics(low=low, high=high, band=out_of_band(ratio, x.clip_low, x.clip_high), mask=x.mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
+    return x.finish(policy_loss, metrics, reduce_tokens)

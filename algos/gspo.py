@@ -18,8 +18,6 @@ Departures and choices:
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import Tensor
 
@@ -27,56 +25,38 @@ from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
-    aggregate,
-    check_inputs,
+    LossInputs,
     clip_metrics,
     clipped_objective,
-    finish,
     out_of_band,
     ratio_metrics,
     seq_log_ratio,
     seq_mean,
     sign_aware_clip,
     spread_to_tokens,
-    token_log_ratio,
     valid_tokens,
 )
 from .registry import register
 
 
 @register("gspo", metrics=STANDARD_METRICS)
-def gspo_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    ref_logp: Tensor | None = None,
-    kl_beta: float = 0.0,
-    seq_denominator: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta)
-    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
+    log_ratio = x.log_ratio()  # [N, T], 0 on padding
     # s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))
-    seq_ratio = torch.exp(seq_log_ratio(log_ratio, mask).clamp(max=MAX_LOG_RATIO))  # [N]
+    seq_ratio = torch.exp(seq_log_ratio(log_ratio, x.mask).clamp(max=MAX_LOG_RATIO))  # [N]
     # J_i = min(s_i A_i, clip(s_i, 1 - eps_lo, 1 + eps_hi) A_i)
-    objective = clipped_objective(seq_ratio, advantages, clip_low, clip_high)
+    objective = clipped_objective(seq_ratio, x.advantages, x.clip_low, x.clip_high)
     # A row with no completion token has nothing to weight: it adds 0, as it does in GRPO.
-    objective = torch.where(valid_tokens(mask).any(dim=-1), objective, torch.zeros_like(objective))
+    objective = torch.where(valid_tokens(x.mask).any(dim=-1), objective, torch.zeros_like(objective))
     # J = 1/G sum_i J_i
-    policy_loss = -seq_mean(objective, seq_denominator=seq_denominator)
+    policy_loss = -seq_mean(objective, seq_denominator=x.seq_denominator)
 
     # A clipped sequence counts all of its tokens: spread the per-sequence flags over [N, T].
-    low, high = sign_aware_clip(seq_ratio, advantages, clip_low, clip_high)
-    band = out_of_band(seq_ratio, clip_low, clip_high)
-    metrics = clip_metrics(low=spread_to_tokens(low, mask), high=spread_to_tokens(high, mask),
-                           band=spread_to_tokens(band, mask), mask=mask)
-    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
-    reduce_tokens = partial(aggregate, mask=mask, aggregation=SEQ_MEAN_TOKEN_MEAN, max_len=None,
-                            seq_denominator=seq_denominator, token_denominator=None)
-    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
-                  kl_beta=kl_beta)
+    low, high = sign_aware_clip(seq_ratio, x.advantages, x.clip_low, x.clip_high)
+    band = out_of_band(seq_ratio, x.clip_low, x.clip_high)
+    metrics = clip_metrics(low=spread_to_tokens(low, x.mask), high=spread_to_tokens(high, x.mask),
+                           band=spread_to_tokens(band, x.mask), mask=x.mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
+    reduce_tokens = x.reducer(SEQ_MEAN_TOKEN_MEAN)
+    return x.finish(policy_loss, metrics, reduce_tokens)

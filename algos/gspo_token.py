@@ -20,8 +20,6 @@ Departures and choices:
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import Tensor
 
@@ -29,11 +27,9 @@ from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
-    aggregate,
-    check_inputs,
+    LossInputs,
     clip_metrics,
     clipped_objective,
-    finish,
     out_of_band,
     ratio_metrics,
     seq_log_ratio,
@@ -45,37 +41,22 @@ from .registry import register
 
 
 @register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True)
-def gspo_token_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    ref_logp: Tensor | None = None,
-    kl_beta: float = 0.0,
-    seq_denominator: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def gspo_token_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N, T] or [N]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
-    adv = advantages if advantages.dim() == 2 else spread_to_tokens(advantages, mask)  # [N, T]
-    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
+    adv = x.advantages if x.advantages.dim() == 2 else spread_to_tokens(x.advantages, x.mask)  # [N, T]
+    log_ratio = x.log_ratio()  # [N, T], 0 on padding
     # log s_i = 1/|y_i| sum_t (logp_it - old_logp_it), a constant here: sg[.]
-    seq_log = spread_to_tokens(seq_log_ratio(log_ratio, mask).detach(), mask)
+    seq_log = spread_to_tokens(seq_log_ratio(log_ratio, x.mask).detach(), x.mask)
     # s_it = sg[s_i] * pi_it / sg[pi_it]  (in log space: value log s_i, gradient d logp_it)
-    ratio = torch.exp((seq_log + token_log_ratio(logp, logp.detach(), mask)).clamp(max=MAX_LOG_RATIO))
+    ratio = torch.exp((seq_log + token_log_ratio(x.logp, x.logp.detach(), x.mask)).clamp(max=MAX_LOG_RATIO))
     # J_it = min(s_it A_it, clip(s_it, 1 - eps_lo, 1 + eps_hi) A_it)
-    objective = clipped_objective(ratio, adv, clip_low, clip_high)
+    objective = clipped_objective(ratio, adv, x.clip_low, x.clip_high)
     # J = 1/G sum_i 1/|y_i| sum_t J_it
-    reduce_tokens = partial(aggregate, mask=mask, aggregation=SEQ_MEAN_TOKEN_MEAN, max_len=None,
-                            seq_denominator=seq_denominator, token_denominator=None)
+    reduce_tokens = x.reducer(SEQ_MEAN_TOKEN_MEAN)
     policy_loss = -reduce_tokens(objective)
 
     # Token flags are sign-aware with each token's own advantage; the ratio is s_i on every token.
-    low, high = sign_aware_clip(ratio, adv, clip_low, clip_high)
-    metrics = clip_metrics(low=low, high=high, band=out_of_band(ratio, clip_low, clip_high), mask=mask)
-    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
-    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
-                  kl_beta=kl_beta)
+    low, high = sign_aware_clip(ratio, adv, x.clip_low, x.clip_high)
+    metrics = clip_metrics(low=low, high=high, band=out_of_band(ratio, x.clip_low, x.clip_high), mask=x.mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
+    return x.finish(policy_loss, metrics, reduce_tokens)

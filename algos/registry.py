@@ -1,12 +1,14 @@
 """The algorithm registry: a name -> the algorithm's loss, its own options and how its metrics reduce.
 
     @register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS)
-    def grpo_loss(*, logp, old_logp, advantages, mask, clip_low, clip_high, aggregation, ...): ...
+    def grpo_loss(x: LossInputs, *, aggregation: str): ...
 
-A policy-loss function takes keyword-only tensors (logp, old_logp, advantages, mask) and the clip
-bounds (REQUIRED), any of the trainer's CONTEXT it uses (reference log-probs, the KL weight, the
-minibatch's denominators, the completion budget), and its own options: the fields of its `options`
-dataclass, which is what the config's `algo.options` holds. It returns (loss, metrics): 0-dim detached
+A policy-loss function takes the typed `LossInputs` (algos/common.py: the tensors logp, old_logp,
+advantages, mask, the clip bounds and the trainer's context: reference log-probs, the KL weight, the
+minibatch's denominators, the completion budget), checked once by `policy_loss`, and its own options as
+keywords: the fields of its `options` dataclass, which is what the config's `algo.options` holds. A quick
+loss (a test's throwaway) may instead take the inputs as keywords: the REQUIRED ones and any of CONTEXT it
+uses. It returns (loss, metrics): 0-dim detached
 tensors, each a mean over the micro-batch's tokens or sequences, a sum, or an extreme, as its `metrics`
 declaration says (REDUCTIONS), so the trainer reduces them over micro-batches without knowing names.
 """
@@ -21,6 +23,9 @@ from typing import Any
 
 from torch import Tensor
 
+from .common import LossInputs
+from .reductions import MAX, MIN, REDUCTIONS, SEQ_MEAN, SUM, TOKEN_MEAN  # noqa: F401  (re-exported)
+
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
 # Arguments every algorithm takes.
@@ -28,13 +33,6 @@ REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")
 # What the trainer offers every loss; a loss declares the ones it uses.
 CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len")
 
-# How a metric combines over micro-batches and minibatches:
-#   token_mean: a mean over valid tokens   -> sum of value x tokens, divided by the tokens
-#   seq_mean:   a mean over sequences      -> sum of value x sequences, divided by the sequences
-#   sum:        already scaled by the minibatch's denominators (the loss terms) -> parts add up
-#   min, max:   extremes
-TOKEN_MEAN, SEQ_MEAN, SUM, MIN, MAX = "token_mean", "seq_mean", "sum", "min", "max"
-REDUCTIONS = (TOKEN_MEAN, SEQ_MEAN, SUM, MIN, MAX)
 
 
 @dataclass(frozen=True)
@@ -72,11 +70,14 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         if name in ALGOS:
             raise ValueError(f"algorithm {name!r} is already registered")
         params = inspect.signature(fn).parameters
-        missing = [arg for arg in REQUIRED if arg not in params]
-        if missing:
-            raise TypeError(f"algorithm {name!r} lacks required keyword arguments {missing}")
         declared = {f.name for f in dataclasses.fields(options)}
-        undeclared = [p for p in params if p not in (*REQUIRED, *CONTEXT) and p not in declared]
+        if takes_inputs(fn):  # fn(x: LossInputs, *, <its options>)
+            undeclared = [p for p in list(params)[1:] if p not in declared]
+        else:  # fn(*, <REQUIRED>, <CONTEXT it uses>, <its options>)
+            missing = [arg for arg in REQUIRED if arg not in params]
+            if missing:
+                raise TypeError(f"algorithm {name!r} lacks required keyword arguments {missing}")
+            undeclared = [p for p in params if p not in (*REQUIRED, *CONTEXT) and p not in declared]
         if undeclared:
             raise TypeError(f"algorithm {name!r}: parameters {undeclared} are neither context nor options")
         bad = {k: v for k, v in metrics.items() if v not in REDUCTIONS}
@@ -119,14 +120,52 @@ def policy_loss(
     """Loss (a scalar to minimise, the negated objective) and detached 0-dim metrics of `name`.
 
     logp, old_logp, mask: [N, T]; advantages: [N] ([N, T] where the algorithm takes token advantages).
+    Every input is checked here, once, whichever loss runs (`check_inputs`); the losses hold only their math.
     `kwargs`: any of CONTEXT (passed where the loss declares it; a non-zero kl_beta to a loss without a
     KL term raises TypeError) and the algorithm's options; an option it does not declare raises TypeError.
     """
     algo = get(name)
+    typed = takes_inputs(algo.loss)  # every built-in loss: it has a KL term (common.finish)
     params = inspect.signature(algo.loss).parameters
-    context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
-    if kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight must never be dropped silently
+    if not typed and kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight is never dropped silently
         raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
+    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low, clip_high=clip_high,
+                 ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo)
     options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
-    return algo.loss(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                     clip_high=clip_high, **context, **dataclasses.asdict(options))
+    inputs = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "clip_low": clip_low,
+              "clip_high": clip_high}
+    if typed:
+        context = {k: v for k, v in kwargs.items() if k in CONTEXT}
+        return algo.loss(LossInputs(**inputs, **context), **dataclasses.asdict(options))
+    context = {k: v for k, v in kwargs.items() if k in CONTEXT and k in params}
+    return algo.loss(**inputs, **context, **dataclasses.asdict(options))
+
+
+def takes_inputs(fn: LossFn) -> bool:
+    """Whether a loss takes the typed LossInputs as its one positional argument (else keywords)."""
+    first = next(iter(inspect.signature(fn).parameters.values()), None)
+    return first is not None and first.kind is not inspect.Parameter.KEYWORD_ONLY and \
+        first.annotation in (LossInputs, "LossInputs")
+
+def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
+                 ref_logp: Tensor | None, kl_beta: float, algo: Algorithm) -> None:
+    """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss. The clip bounds are
+    the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), with clip_low = 1 (a weight clipped below at
+    0, i.e. not at all) only where the algorithm declares `no_lower_bound` (CISPO), as trainer/advantages.py
+    checks a config."""
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
+    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
+        if tensor is not None and tensor.shape != logp.shape:
+            raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(tensor.shape)}")
+    allowed = [logp.shape[:1]] + ([logp.shape] if algo.token_advantages else [])
+    if advantages.shape not in allowed:
+        want = " or ".join(str(tuple(shape)) for shape in allowed)
+        raise ValueError(f"advantages must have shape {want}, got {tuple(advantages.shape)}")
+    top = "<=" if algo.no_lower_bound else "<"
+    if not (0.0 < clip_low and (clip_low <= 1.0 if algo.no_lower_bound else clip_low < 1.0) and clip_high > 0.0):
+        raise ValueError(f"need 0 < clip_low {top} 1 and clip_high > 0, got {clip_low}, {clip_high}")
+    if kl_beta < 0.0:
+        raise ValueError(f"kl_beta must be >= 0, got {kl_beta}")
+    if kl_beta != 0.0 and ref_logp is None:
+        raise ValueError(f"kl_beta={kl_beta} needs ref_logp (reference-model log-probs, [N, T])")

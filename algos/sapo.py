@@ -20,7 +20,6 @@ stable ones). The loss is -J. Departures and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch import Tensor
@@ -29,14 +28,11 @@ from .common import (
     MAX_LOG_RATIO,
     SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
-    aggregate,
+    LossInputs,
     check_aggregation,
-    check_inputs,
     clip_metrics,
-    finish,
     out_of_band,
     ratio_metrics,
-    token_log_ratio,
 )
 from .registry import register
 
@@ -54,41 +50,20 @@ class SapoOptions:
 
 
 @register("sapo", options=SapoOptions, metrics=STANDARD_METRICS, token_advantages=True)
-def sapo_loss(
-    *,
-    logp: Tensor,
-    old_logp: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float,
-    clip_high: float,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN,
-    max_len: float | None = None,
-    ref_logp: Tensor | None = None,
-    kl_beta: float = 0.0,
-    seq_denominator: float | None = None,
-    token_denominator: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def sapo_loss(x: LossInputs, *, tau_pos: float, tau_neg: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """SAPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low,
-                 clip_high=clip_high, ref_logp=ref_logp, kl_beta=kl_beta, token_advantages=True)
-    SapoOptions(tau_pos, tau_neg, aggregation)
-    reduce_tokens = partial(aggregate, mask=mask, aggregation=aggregation, max_len=max_len,
-                            seq_denominator=seq_denominator, token_denominator=token_denominator)
-    log_ratio = token_log_ratio(logp, old_logp, mask)  # [N, T], 0 on padding
+    reduce_tokens = x.reducer(aggregation)
+    log_ratio = x.log_ratio()  # [N, T], 0 on padding
     # r_it = exp(logp_it - old_logp_it)
     ratio = torch.exp(log_ratio.clamp(max=MAX_LOG_RATIO))
-    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)  # [N, T] or [N, 1]
+    adv = x.token_advantages()  # [N, T] or [N, 1]
     # tau = tau_pos where A_i > 0, else tau_neg
     tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))  # like adv, its dtype
     # J_it = 4/tau sigmoid(tau (r_it - 1)) A_i
     objective = 4.0 / tau * torch.sigmoid(tau * (ratio - 1.0)) * adv
     policy_loss = -reduce_tokens(objective)
 
-    never = torch.zeros_like(mask, dtype=torch.bool)
-    metrics = clip_metrics(low=never, high=never, band=out_of_band(ratio, clip_low, clip_high), mask=mask)
-    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=mask))
-    return finish(policy_loss, metrics, reduce_tokens, logp=logp, ref_logp=ref_logp, mask=mask,
-                  kl_beta=kl_beta)
+    never = torch.zeros_like(x.mask, dtype=torch.bool)
+    metrics = clip_metrics(low=never, high=never, band=out_of_band(ratio, x.clip_low, x.clip_high), mask=x.mask)
+    metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
+    return x.finish(policy_loss, metrics, reduce_tokens)

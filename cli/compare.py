@@ -14,7 +14,7 @@ from importlib import resources
 import typer
 from omegaconf import OmegaConf
 
-from gspo.cli.grade import user_errors
+from gspo.cli.errors import user_errors
 from gspo.cli.report import print_report
 from gspo.cli.sweep import run_sweep
 from gspo.conf.choices import check_choice

@@ -7,6 +7,7 @@ Hydra's sweepers and launchers work unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from gspo.cli.errors import is_rank0, one_line_errors
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import Config
 
 app = typer.Typer(
     name="gspo",
@@ -37,7 +39,7 @@ EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 def _groups_help() -> str:
     root = resources.files("gspo.conf")
     lines = []
-    for group in ("algo", "model", "task", "rollout", "logger"):
+    for group in (f.name for f in dataclasses.fields(Config) if root.joinpath(f.name).is_dir()):  # the schema's groups
         names = sorted(p.name.removesuffix(".yaml") for p in root.joinpath(group).iterdir() if p.name.endswith(".yaml"))
         lines.append(f"{group}={'|'.join(names)}")
     return "Config groups (pick one each): " + "; ".join(lines) + ". " + (
@@ -110,13 +112,6 @@ app.command("report")(report_cmd)
 app.command("compare", context_settings=EXTRA)(compare_cmd)
 
 
-# `gspo eval`'s key=value syntax before it took gspo train's overrides: each old key -> its new spelling.
-OLD_EVAL_SYNTAX = {"run": "eval.run", "bench": "eval.benches=[...]", "k": "eval.k", "limit": "eval.limit",
-                   "temperature": "rollout.temperature (0: eval.greedy=true)", "top_p": "rollout.top_p",
-                   "max_new_tokens": "eval.max_new_tokens", "workers": "eval.workers", "batch_size": "rollout.batch_size",
-                   "output": "eval.output", "wandb": "logger.wandb", "bench.path": "+eval.paths.<bench>=FILE"}
-
-
 @app.command("eval", context_settings=EXTRA)
 def eval_cmd(
     overrides: list[str] = typer.Argument(None, help="Hydra overrides, as gspo train's: eval.benches=\\[aime24] "
@@ -135,7 +130,7 @@ def eval_cmd(
     from gspo.conf.docs import annotated_yaml
 
     args = list(overrides or [])
-    _refuse_old_eval_syntax(args)
+    _refuse_model_path(args)
     if any(a in MULTIRUN for a in args):
         run_sweep(args, command="eval")
         return
@@ -171,13 +166,9 @@ def export_hf_cmd(
     typer.echo(f"wrote {export_hf(folder, Path(out))}")
 
 
-def _refuse_old_eval_syntax(args: list[str]) -> None:
+def _refuse_model_path(args: list[str]) -> None:
     for arg in args:
         key, _, value = arg.partition("=")
-        old = "bench.path" if key.startswith("bench.") and key.endswith(".path") else key
-        if old in OLD_EVAL_SYNTAX:
-            raise GspoError(f"{arg!r} is gspo eval's old syntax: use {OLD_EVAL_SYNTAX[old]} (gspo eval takes gspo "
-                            "train's overrides, e.g. gspo eval eval.run=<run dir> eval.benches=[aime24] eval.limit=30)")
         if key == "model" and ("/" in value or value.startswith(".")):
             raise GspoError(f"{arg!r}: a model by path or hub id is model=hf model.name={value}")
 

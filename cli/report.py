@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from gspo.cli.grade import user_errors
+from gspo.cli.errors import user_errors
 from gspo.trainer.report import Report, write_report
 from gspo.trainer.report.page import fmt
 

@@ -36,7 +36,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.lr_schedule": ("constant", "linear", "cosine"),
     "train.on_nonfinite": ("stop", "skip"),
     "logger.wandb": ("auto", "online", "offline", "disabled"),
-    "task.kind": ("arith", "math", "code"),
     "task.benchmark": ("livecodebench", "codeforces"),
     "task.code_reward": ("all", "fraction"),
 }
@@ -58,9 +57,11 @@ def check_choice(key: str, value: object, valid: tuple[str, ...] | list[str]) ->
         raise choice_error(key, value, valid)
 
 
-def check_choices(cfg: DictConfig, algorithms: list[str]) -> None:
-    """Every closed choice of `cfg`; `algorithms`: the names the `algo` presets declare."""
+def check_choices(cfg: DictConfig, algorithms: list[str], task_kinds: list[str]) -> None:
+    """Every closed choice of `cfg`; `algorithms`, `task_kinds`: the names and kinds the `algo` and `task`
+    presets declare."""
     check_choice("algo.name", cfg.algo.name, sorted(set(algorithms)))
+    check_choice("task.kind", cfg.task.kind, sorted(set(task_kinds)))
     for key, valid in CHOICES.items():
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None:  # None: an option of another algorithm (algo.options.*)

@@ -26,8 +26,6 @@ from gspo.conf.ranges import check_numbers
 from gspo.conf.resume import eval_run_config, expand_resume_dir, resume_config
 from gspo.conf.schema import Config, register_configs
 
-GROUPS = ("algo", "model", "task", "rollout", "logger")
-
 
 def compose_config(overrides: list[str] | None = None, *, command: str = "train") -> DictConfig:
     """The resolved config for `overrides` (Hydra syntax: `algo=grpo train.steps=5`); with `resume=true`
@@ -43,6 +41,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
         with initialize_config_module(config_module="gspo.conf", version_base="1.3"):
             cfg = compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
         algorithms = _algorithm_names(cfg.hydra.runtime.config_sources)
+        kinds = _task_kinds(cfg.hydra.runtime.config_sources)
         with open_dict(cfg):
             del cfg["hydra"]
         OmegaConf.resolve(cfg)
@@ -55,7 +54,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
         raise GspoError(_one_line(e, overrides, command)) from None
     finally:
         GlobalHydra.instance().clear()
-    validate_config(cfg, algorithms)
+    validate_config(cfg, algorithms, kinds)
     return cfg
 
 
@@ -72,21 +71,31 @@ def _algorithm_names(sources=None) -> list[str]:
     """The `name:` of every preset in the algo group of Hydra's config sources (the package's, and any
     added with hydra.searchpath): one yaml per algorithm. `sources`: hydra.runtime.config_sources; None:
     the running Hydra job's (a sweep job), else the package's own."""
+    return _preset_values("algo", "name", sources)
+
+
+def _task_kinds(sources=None) -> list[str]:
+    """The `kind:` of every preset in the task group of the config sources (as `_algorithm_names`): the task
+    kinds a config may name, each built by a task registered in gspo.trainer.tasks."""
+    return _preset_values("task", "kind", sources)
+
+
+def _preset_values(group_name: str, key: str, sources=None) -> list[str]:
     if sources is None:
         sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else [
             {"schema": "pkg", "path": "gspo.conf"}]
-    names = []
+    values = []
     for source in sources:
         if source["schema"] not in ("pkg", "file"):
             continue
         root = resources.files(source["path"]) if source["schema"] == "pkg" else Path(source["path"])
-        group = root / "algo"
+        group = root / group_name
         if group.is_dir():
             presets = [OmegaConf.create(f.read_text()) for f in group.iterdir() if f.name.endswith(".yaml")]
             # a preset in the global package (algo/dapo.yaml) names it under algo:; one building on another names none
-            presets = [p.algo if "algo" in p and "name" not in p else p for p in presets]
-            names += [str(p.name) for p in presets if p.get("name")]
-    return names
+            presets = [p[group_name] if group_name in p and key not in p else p for p in presets]
+            values += [str(p[key]) for p in presets if p.get(key)]
+    return values
 
 
 def _check_missing(cfg: DictConfig) -> None:
@@ -138,28 +147,25 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
             _check_keys(child, sub, f"{prefix}{key}.")
 
 
-def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> None:
-    """Closed choices (`algorithms`: the names the algo presets declare; read from Hydra when None), then
-    checks across fields: each raises a GspoError naming the key and the rule."""
-    check_choices(cfg, algorithms if algorithms is not None else _algorithm_names())
+def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_kinds: list[str] | None = None) -> None:
+    """Closed choices (`algorithms`, `task_kinds`: the names and kinds the algo and task presets declare; read
+    from Hydra when None), then every rule across fields: each raises a GspoError naming the key and the rule."""
+    check_choices(cfg, algorithms if algorithms is not None else _algorithm_names(),
+                  task_kinds if task_kinds is not None else _task_kinds())
     _check_run_location(cfg)
     t, r = cfg.train, cfg.rollout
-    if t.group_size < 2:
-        raise GspoError(f"train.group_size={t.group_size}: group advantages need at least 2 completions per prompt")
-    check_numbers(cfg)  # each range error names the one key that is out of range
+    check_numbers(cfg)  # each setting's own range (conf/ranges.py); each error names the one key out of range
+    if cfg.task.max_digits < cfg.task.min_digits:
+        raise GspoError(f"task.max_digits={cfg.task.max_digits} is below task.min_digits={cfg.task.min_digits}")
     n = t.prompts_per_step * t.group_size
-    if t.minibatches < 1 or n % t.minibatches:
+    if n % t.minibatches:
         raise GspoError(
             f"train.minibatches={t.minibatches} does not divide the rollout batch of "
             f"{t.prompts_per_step} prompts x {t.group_size} completions = {n} sequences"
         )
     mb = n // t.minibatches
-    if t.micro_batch_size is not None and (t.micro_batch_size < 1 or mb % t.micro_batch_size):
+    if t.micro_batch_size is not None and mb % t.micro_batch_size:
         raise GspoError(f"train.micro_batch_size={t.micro_batch_size} does not divide the minibatch of {mb} sequences")
-    if not (0 < cfg.algo.clip_low <= 1 and cfg.algo.clip_high > 0):  # 1 (no lower bound): cispo only, trainer checks
-        raise GspoError(f"algo clip range ({cfg.algo.clip_low}, {cfg.algo.clip_high}): need 0 < clip_low <= 1 and clip_high > 0")
-    if cfg.model.lora.r < 0 or not 0 <= cfg.model.lora.dropout < 1:
-        raise GspoError("model.lora: need r >= 0 (0: no LoRA) and 0 <= dropout < 1")
     if cfg.model.lora.r > 0 and r.engine == "vllm":
         raise GspoError("model.lora with rollout=vllm is not supported yet (vLLM would need the merged weights "
                         "after every update): use rollout=hf")
@@ -173,8 +179,6 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None) -> Non
         raise GspoError("algo.routing_replay=rollout replays the experts the hf engine's lean sampler records while it "
                         f"decodes: use rollout=hf rollout.sampler=lean (got {cfg.rollout.engine}, {cfg.rollout.sampler})")
     _check_paths(cfg)
-    if cfg.task.kind in ("math", "code") and not cfg.task.dataset:
-        raise GspoError(f"task.dataset is required for a {cfg.task.kind} task: a Hugging Face id or a local .jsonl")
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -215,7 +219,7 @@ def _check_paths(cfg: DictConfig) -> None:
     name = cfg.model.name
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
         raise GspoError(f"model path not found: {name}")
-    data = cfg.task.dataset if cfg.task.kind in ("math", "code") else None
+    data = cfg.task.dataset  # read by the tasks that take a dataset (trainer/tasks.py)
     if data and (data.endswith((".jsonl", ".json")) or data.startswith(("/", "./", "../", "~"))):
         if not Path(data).expanduser().exists():
             raise GspoError(f"dataset file not found: {data}")

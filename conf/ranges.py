@@ -1,7 +1,8 @@
 """Range checks for every numeric setting, at compose time (before torch loads or a file is written).
 
-Each rule is (low, high, low_open): the value must be finite, >= low (> low when low_open) and <= high
-(no upper bound when None). Every integer must also fit 64 bits (seed=2**64 would pass a rule of >= 0 and
+Each rule is (low, high, low_open[, high_open]): the value must be finite, >= low (> low when low_open) and
+<= high (< high when high_open; no upper bound when None). This is the one place a single setting's range is
+stated; rules across settings are conf/compose.validate_config's. `WHY` adds the reason a user needs to a bound. Every integer must also fit 64 bits (seed=2**64 would pass a rule of >= 0 and
 then fail inside torch after the model loads). A value of None passes where the schema allows None (e.g. eval.limit).
 """
 
@@ -16,7 +17,7 @@ from gspo.conf.errors import GspoError
 
 _POS, _NONNEG, _ONE = (0, None, True), (0, None, False), (1, None, False)
 INT64 = (-(2**63), 2**63 - 1)  # every integer setting; torch.manual_seed, for one, fails past 2**64 - 1
-RULES: dict[str, tuple[float, float | None, bool]] = {
+RULES: dict[str, tuple] = {
     "seed": _NONNEG,
     "algo.clip_low": (0, 1, True), "algo.clip_high": _POS, "algo.kl_beta": _NONNEG, "algo.adv_eps": _NONNEG,
     "algo.correction.cap": _POS, "algo.correction.low": (0, 1, False), "algo.correction.high": _ONE,
@@ -36,6 +37,11 @@ RULES: dict[str, tuple[float, float | None, bool]] = {
     "model.tiny.num_heads": _ONE, "model.tiny.num_kv_heads": _ONE, "model.tiny.sft_lr": _POS,
     "model.tiny.sft_batch_size": _ONE, "model.tiny.sft_max_steps": _NONNEG, "model.tiny.sft_eval_every": _ONE,
     "model.tiny.sft_eval_max_loss": _POS, "model.tiny.sft_target_accuracy": (0, 1, False),
+    "model.lora.r": _NONNEG, "model.lora.dropout": (0, 1, False, True),
+}
+WHY = {
+    "train.group_size": "group advantages need at least 2 completions per prompt",
+    "model.lora.r": "0 is no LoRA",
 }
 
 
@@ -48,9 +54,8 @@ def check_numbers(cfg: DictConfig) -> None:
             raise GspoError(f"{key}={value}: must fit a 64-bit integer ({INT64[0]} to {INT64[1]})")
         rule = RULES.get(key.split("[")[0])
         if rule is not None and not _in_range(value, *rule):
-            raise GspoError(f"{key}={value}: must be {_describe(*rule)}")
-    if cfg.task.max_digits < cfg.task.min_digits:
-        raise GspoError(f"task.max_digits={cfg.task.max_digits} is below task.min_digits={cfg.task.min_digits}")
+            why = WHY.get(key.split("[")[0])
+            raise GspoError(f"{key}={value}: must be {_describe(*rule)}" + (f" ({why})" if why else ""))
 
 
 def _numbers(node, prefix: str):
@@ -64,11 +69,11 @@ def _numbers(node, prefix: str):
             yield name, value
 
 
-def _in_range(value: float, low: float, high: float | None, low_open: bool) -> bool:
+def _in_range(value: float, low: float, high: float | None, low_open: bool, high_open: bool = False) -> bool:
     above = value > low if low_open else value >= low
-    return above and (high is None or value <= high)
+    return above and (high is None or (value < high if high_open else value <= high))
 
 
-def _describe(low: float, high: float | None, low_open: bool) -> str:
+def _describe(low: float, high: float | None, low_open: bool, high_open: bool = False) -> str:
     lower = f"{'>' if low_open else '>='} {low}"
-    return lower if high is None else f"{lower} and <= {high}"
+    return lower if high is None else f"{lower} and {'<' if high_open else '<='} {high}"

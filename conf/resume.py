@@ -89,27 +89,14 @@ def eval_run_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
 
 
 def saved_config(path: Path, given: str) -> DictConfig:
-    """The config a run saved (path/config.yaml), upgraded to today's schema; `given` names the setting
-    that pointed here, for the error."""
+    """The config a run saved (path/config.yaml) over today's schema; `given` names the setting that pointed
+    here, for the error."""
     if not (path / "config.yaml").is_file():
         raise GspoError(f"{given} but there is no run at {path} (no config.yaml): not a run directory")
     try:
-        return OmegaConf.merge(OmegaConf.structured(Config), _upgrade(OmegaConf.load(path / "config.yaml")))
+        return OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path / "config.yaml"))
     except (OmegaConfBaseException, OSError, ValueError) as e:
         raise GspoError(f"cannot read {path / 'config.yaml'}: {str(e).splitlines()[0]}") from None
-
-
-def _upgrade(saved: DictConfig) -> DictConfig:
-    """A config saved before issue 11: algo.aggregation became GRPO's own option (algo.options.aggregation;
-    GSPO never had a choice), and eval.temperature, never read, is gone."""
-    algo, evals = saved.get("algo") or {}, saved.get("eval") or {}
-    if "aggregation" in algo:
-        aggregation = algo.pop("aggregation")
-        if algo.get("name") == "grpo":
-            algo.options = {"aggregation": aggregation}
-    if "temperature" in evals:
-        evals.pop("temperature")
-    return saved
 
 
 def _override_keys(overrides: list[str]) -> list[str]:

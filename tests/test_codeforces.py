@@ -12,20 +12,17 @@ from pathlib import Path
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.evals.graders.codeforces import (
+from gspo.evals.codeforces.api import contest_from_api, fetch_contest
+from gspo.evals.codeforces.problems import load_codeforces, parse_codeforces_row
+from gspo.evals.codeforces.rating import (
     codeelo_rating,
-    codeforces_pass_rate,
-    contest_from_api,
     contest_rank,
     expected_rank,
-    fetch_contest,
-    grade_codeforces,
-    load_codeforces,
     load_contests,
     model_score,
-    parse_codeforces_row,
     performance_rating,
 )
+from gspo.evals.graders.codeforces import codeforces_pass_rate, grade_codeforces
 
 DATA = Path(__file__).parents[2] / "shared" / "data"
 

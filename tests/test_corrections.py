@@ -58,8 +58,8 @@ def test_fp32_sampler_weights_are_one_and_the_update_is_the_uncorrected_one(gspo
 @pytest.mark.slow
 def test_bf16_sampler_tis_weights_by_hand_and_the_run_trains(gspo, tmp_path, monkeypatch):
     batches = []
-    real = loop.update
-    monkeypatch.setattr(loop, "update", lambda *a, **k: (batches.append(a[3]), real(*a, **k))[1])
+    real = loop.run_updates
+    monkeypatch.setattr(loop, "run_updates", lambda ctx, batch, **k: (batches.append(batch), real(ctx, batch, **k))[1])
     run = gspo.train(tmp_path, "tis", *TWO_STEPS, "algo=grpo", *ENGINE, "rollout.dtype=bfloat16",
                      "algo.correction.kind=tis", "algo.correction.cap=1.001")
     rows = _rows(run / "metrics.jsonl")[1:]

@@ -68,7 +68,7 @@ def test_train_with_vllm_rollouts(gspo, tmp_path):
 def test_gradient_checkpointing_lowers_peak_memory_at_qwen3_0_6b_shape():
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     from checkpointing_memory import measure
 
     plain = measure(checkpointing=False, n=4, t=256)

@@ -1,4 +1,4 @@
-"""benchmarks/mutations.py stays in step with the code: every breakage it lists still applies.
+"""perf/mutations.py stays in step with the code: every breakage it lists still applies.
 
 The mutation check is run by hand, so a refactor that moves the code it edits would otherwise go
 unnoticed until someone runs it. Here, without running it: each edit's text occurs exactly once in its
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_mutations():
-    spec = importlib.util.spec_from_file_location("gspo_mutations", ROOT / "benchmarks" / "mutations.py")
+    spec = importlib.util.spec_from_file_location("gspo_mutations", ROOT / "perf" / "mutations.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its dataclasses look their module up while the class is built
     spec.loader.exec_module(mod)
@@ -39,10 +39,10 @@ def test_every_edit_matches_exactly_once_and_still_compiles(mutant):
     mutated: dict[str, str] = {}
     for file, old, new in mutant.edits:
         path = ROOT / file
-        assert path.is_file(), f"mutant {mutant.name!r}: {file} does not exist; fix benchmarks/mutations.py"
+        assert path.is_file(), f"mutant {mutant.name!r}: {file} does not exist; fix perf/mutations.py"
         count = path.read_text().count(old)
         assert count == 1, (f"mutant {mutant.name!r}: {file} holds {count} copies of {old!r} (must be exactly 1); "
-                            "fix benchmarks/mutations.py")
+                            "fix perf/mutations.py")
         text = mutated.get(file, path.read_text())  # edits apply one after another, as mutations.py does
         assert text.count(old) == 1, f"mutant {mutant.name!r}: an earlier edit of {file} changed {old!r}"
         assert old != new, f"mutant {mutant.name!r}: an edit of {file} changes nothing"
@@ -61,8 +61,8 @@ def test_every_named_test_exists(mutant):
     for target in mutant.tests:
         file, *parts = target.split("::")
         path = ROOT / file
-        assert path.is_file(), f"mutant {mutant.name!r}: test file {file} does not exist; fix benchmarks/mutations.py"
+        assert path.is_file(), f"mutant {mutant.name!r}: test file {file} does not exist; fix perf/mutations.py"
         if parts:
             name = parts[-1].split("[")[0]  # Class::test_name[param] -> test_name
             assert re.search(rf"^\s*(async\s+)?def {re.escape(name)}\(", path.read_text(), re.M), (
-                f"mutant {mutant.name!r}: {file} has no `def {name}`; fix benchmarks/mutations.py")
+                f"mutant {mutant.name!r}: {file} has no `def {name}`; fix perf/mutations.py")

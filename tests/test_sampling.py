@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gspo.conf import compose_config
+from gspo.trainer.context import StepContext
 from gspo.trainer.distributed import World
-from gspo.trainer.loop import StepConfig
 from gspo.trainer.sampling import sample_batch
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.task_types import Item, Task, uniform_draw
@@ -34,10 +34,10 @@ def make_task(score=reward) -> Task:
                 "arith")
 
 
-def conf(*overrides: str) -> StepConfig:
+def conf(*overrides: str) -> StepContext:
     cfg = compose_config([*TINY, f"train.prompts_per_step={B}", f"train.group_size={G}", "train.minibatches=1",
                           "rollout.max_new_tokens=12", *overrides])
-    return StepConfig.of(cfg)
+    return StepContext.of(cfg)
 
 
 @pytest.fixture(scope="module")

@@ -75,8 +75,8 @@ def _rows(path: Path) -> list[dict]:
 
 def test_gspo_token_with_step_credit_differs_from_gspo(gspo, tmp_path, monkeypatch):
     seen = []
-    real = loop.update
-    monkeypatch.setattr(loop, "update", lambda *a, **k: (seen.append(a[3].advantages.clone()), real(*a, **k))[1])
+    real = loop.run_updates
+    monkeypatch.setattr(loop, "run_updates", lambda ctx, batch, **k: (seen.append(batch.advantages.clone()), real(ctx, batch, **k))[1])
     runs = {algo: gspo.train(tmp_path, algo, *ONE_STEP, f"algo={algo}") for algo in ("gspo", "gspo_token_step")}
     samples = {a: [(s["completion"], s["reward"]) for s in _rows(r / "samples.jsonl")] for a, r in runs.items()}
     assert samples["gspo"] == samples["gspo_token_step"]  # the same rollout ...

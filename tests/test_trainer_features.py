@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gspo.trainer import loop
+from gspo.trainer import loop, scoring
 from gspo.trainer import update as update_module
 from tests.conftest import LEARNING_SEED, without_timing
 
@@ -41,7 +41,7 @@ def test_adv_scale_and_aggregation_reach_the_update(gspo, tmp_path, monkeypatch,
     """The advantages the update gets are the hand-computed ones from the step's rewards under
     algo.adv_scale, and every loss call gets algo.options.aggregation and algo.kl_beta."""
     batches, calls = [], []
-    _spy(monkeypatch, loop, "update", batches, lambda *a, **k: a[3].advantages.clone())
+    _spy(monkeypatch, loop, "run_updates", batches, lambda ctx, batch, **k: batch.advantages.clone())
     _spy(monkeypatch, update_module, "policy_loss", calls,
          lambda name, **k: (name, k["aggregation"], k["kl_beta"], k["ref_logp"] is not None))
     run = gspo.train(tmp_path, f"scale-{scale}", *ONE_STEP, "algo=grpo", f"algo.adv_scale={scale}", "algo.options.aggregation=token_mean",
@@ -122,7 +122,7 @@ def test_auto_old_logprobs_are_the_samplers_and_agree_with_a_recompute(gspo, tmp
     entropy from the lean sampler, with no scoring forward; with one minibatch the update's ratios are then
     exp(trainer - sampler) = 1 to fp32 tolerance, and the logged entropy is the recompute's."""
     scored: list = []
-    _spy(monkeypatch, update_module, "score", scored, lambda *a, **k: True)
+    _spy(monkeypatch, scoring, "score", scored, lambda *a, **k: True)
     auto = _rows(gspo.train(tmp_path, "auto", *ONE_STEP, "train.minibatches=1") / "metrics.jsonl")[1]
     assert scored == []
     recompute = _rows(gspo.train(tmp_path, "recompute", *ONE_STEP, "train.minibatches=1",

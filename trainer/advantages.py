@@ -17,6 +17,7 @@ from torch import Tensor
 from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.conf.errors import GspoError
 from gspo.trainer.rollout import Rollout
+from gspo.trainer.scoring import ENGINE, old_logp_origin
 from gspo.trainer.task_types import Task
 
 
@@ -38,7 +39,7 @@ def check_algorithm(algo, task: Task) -> None:
         raise GspoError(f"algo.advantage={algo.advantage} gives per-token advantages, which {algo.name} does not take: "
                         "use algo=gspo_token_step (GSPO-token)")
     c = algo.correction
-    if c.kind != "none" and algo.old_logp_source != "engine":
+    if c.kind != "none" and old_logp_origin(algo) != ENGINE:
         raise GspoError(f"algo.correction.kind={c.kind} corrects the sampler's log-probs toward the trainer's: it needs "
                         f"algo.old_logp_source=engine (got {algo.old_logp_source})")
     if c.kind != "none" and c.level == "token" and not spec.token_advantages:
@@ -87,7 +88,7 @@ def corrected(algo, advantages: Tensor, old_logp: Tensor, rollout: Rollout) -> t
     """
     c = algo.correction
     if c.kind == "none":
-        return advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp, {}
+        return advantages, rollout.engine_logp if old_logp_origin(algo) == ENGINE else old_logp, {}
     weights, metrics = correction_weights(old_logp=old_logp, engine_logp=rollout.engine_logp,
                                           mask=rollout.completion_mask, kind=c.kind, level=c.level, cap=c.cap,
                                           low=c.low, high=c.high)  # [N, T] (token) or [N] (sequence)

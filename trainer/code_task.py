@@ -9,7 +9,7 @@ by `run_code` with the arguments each benchmark's grader uses:
     reward = (tests passed) / (tests)                    task.code_reward=fraction (every test runs)
 
 Completions are graded `task.workers` at a time, each in its own sandbox. Time is limited per test
-(CPU seconds: `task.timeout_s`, LiveCodeBench's 6 s, or a CodeForces problem's own limit), so one
+(CPU seconds: `task.timeout_s`, LiveCodeBench's by default, or a CodeForces problem's own limit), so one
 sample takes at most its number of tests times that. Interactive CodeForces problems cannot be graded
 and are left out; a problem with no tests is an error, since any program would pass it.
 """
@@ -20,15 +20,17 @@ from functools import partial
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import TaskConfig
 from gspo.evals.benchmarks import Problem, load_benchmark
 from gspo.evals.benchmarks.livecodebench import MEMORY_MB
 from gspo.evals.graders.code import extract_code, run_code
 from gspo.evals.parallel import parallel_map
-from gspo.trainer.task_types import Item, Task, hold_out, uniform_draw
+from gspo.trainer.task_types import Item, Task, hold_out, require_dataset, uniform_draw
 
 
 def code_task(cfg) -> Task:
     """A Task over the problems of `cfg.dataset` (task group, kind=code)."""
+    require_dataset(cfg)
     local = Path(cfg.dataset).expanduser().exists() or cfg.dataset.endswith((".jsonl", ".json"))
     source = {"path": cfg.dataset} if local else {"hub_id": cfg.dataset}
     problems = {}
@@ -52,7 +54,8 @@ def _rewards(problems: dict[str, Problem], responses: list[str], golds: list[str
     return parallel_map(lambda job: code_reward(*job, fraction=fraction, timeout_s=timeout_s), jobs, workers=workers)
 
 
-def code_reward(response: str, problem: Problem, *, fraction: bool = False, timeout_s: float = 6.0) -> float:
+def code_reward(response: str, problem: Problem, *, fraction: bool = False,
+                timeout_s: float = TaskConfig.timeout_s) -> float:
     """The reward of one response to one problem (see the module doc); 0 without a code block."""
     code = extract_code(response or "")
     if code is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from gspo.conf.schema import TinyModelConfig
 from gspo.evals.arith import ALPHABET, ArithProblem, grade_arith, make_split
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3, cache_root
 from gspo.trainer.progress import Progress
@@ -32,29 +33,24 @@ FORMAT_VERSION = 1  # bump when the task text, tokenizer or recipe changes meani
 
 @dataclass(frozen=True)
 class ColdStartSpec:
-    hidden_size: int
-    num_layers: int
-    intermediate_size: int
-    num_heads: int
-    num_kv_heads: int
-    num_experts: int
-    experts_per_token: int
-    moe_intermediate_size: int
-    sft_lr: float
-    sft_batch_size: int
-    sft_max_steps: int
-    sft_eval_every: int
-    sft_eval_max_loss: float
-    sft_target_accuracy: float
-    sft_seed: int
+    """Everything that shapes a cold start: the embedded model's settings (`model.tiny`, the schema's
+    TinyModelConfig, all but where it is cached) and the arithmetic task it learns."""
+
+    tiny: TinyModelConfig
     min_digits: int
     max_digits: int
     ops: str
     max_new_tokens: int
 
+    def fields(self) -> dict:
+        """The settings as one flat dict (the cache key's, and coldstart.json's `spec`)."""
+        tiny = {k: v for k, v in asdict(self.tiny).items() if k != "cache_dir"}
+        return {**tiny, "min_digits": self.min_digits, "max_digits": self.max_digits, "ops": self.ops,
+                "max_new_tokens": self.max_new_tokens}
+
     def key(self) -> str:
-        fields = asdict(self)
-        if not self.num_experts:  # a dense model's key is what it was before MoE fields existed
+        fields = self.fields()
+        if not self.tiny.num_experts:  # a dense model's key is what it was before MoE fields existed
             for name in ("num_experts", "experts_per_token", "moe_intermediate_size"):
                 fields.pop(name)
         blob = json.dumps({"v": FORMAT_VERSION, **fields}, sort_keys=True)
@@ -84,50 +80,50 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
 
 def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress: bool, final: Path) -> None:
     tokenizer = build_char_tokenizer(ALPHABET)
-    model = build_tiny_qwen3(len(tokenizer), hidden_size=spec.hidden_size, num_layers=spec.num_layers,
-                             intermediate_size=spec.intermediate_size, num_heads=spec.num_heads,
-                             num_kv_heads=spec.num_kv_heads, seed=spec.sft_seed, num_experts=spec.num_experts,
-                             experts_per_token=spec.experts_per_token,
-                             moe_intermediate_size=spec.moe_intermediate_size)
+    model = build_tiny_qwen3(len(tokenizer), hidden_size=spec.tiny.hidden_size, num_layers=spec.tiny.num_layers,
+                             intermediate_size=spec.tiny.intermediate_size, num_heads=spec.tiny.num_heads,
+                             num_kv_heads=spec.tiny.num_kv_heads, seed=spec.tiny.sft_seed, num_experts=spec.tiny.num_experts,
+                             experts_per_token=spec.tiny.experts_per_token,
+                             moe_intermediate_size=spec.tiny.moe_intermediate_size)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"cold start: building the embedded model ({n_params / 1e6:.2f}M parameters) once per machine, cached in "
         f"{final} (GSPO_CACHE or model.tiny.cache_dir sets where); it stops when the dev sampled accuracy reaches "
-        f"{spec.sft_target_accuracy:.2f} (checked every {spec.sft_eval_every} steps) or at step {spec.sft_max_steps}")
-    split = {"min_digits": spec.min_digits, "max_digits": spec.max_digits, "ops": spec.ops, "seed": spec.sft_seed}
-    data = make_split("sft", spec.sft_batch_size * spec.sft_max_steps, **split)
+        f"{spec.tiny.sft_target_accuracy:.2f} (checked every {spec.tiny.sft_eval_every} steps) or at step {spec.tiny.sft_max_steps}")
+    split = {"min_digits": spec.min_digits, "max_digits": spec.max_digits, "ops": spec.ops, "seed": spec.tiny.sft_seed}
+    data = make_split("sft", spec.tiny.sft_batch_size * spec.tiny.sft_max_steps, **split)
     dev = make_split("dev", 128, **split)
     engine = HFEngine(model, tokenizer, temperature=1.0, top_p=1.0, max_new_tokens=spec.max_new_tokens,
                       batch_size=len(dev))
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.tiny.sft_lr, weight_decay=0.0)
     t0, accuracy, step, recent = time.time(), 0.0, 0, []
-    bar = Progress(spec.sft_max_steps, enabled=progress, label="cold start", stats=_sft_stats)
+    bar = Progress(spec.tiny.sft_max_steps, enabled=progress, label="cold start", stats=_sft_stats)
     with torch.random.fork_rng(), bar:
         say = bar.wrap(log)
-        torch.manual_seed(spec.sft_seed)
+        torch.manual_seed(spec.tiny.sft_seed)
         model.train()
-        for step in range(1, spec.sft_max_steps + 1):
-            batch = data[(step - 1) * spec.sft_batch_size : step * spec.sft_batch_size]
+        for step in range(1, spec.tiny.sft_max_steps + 1):
+            batch = data[(step - 1) * spec.tiny.sft_batch_size : step * spec.tiny.sft_batch_size]
             loss = _sft_loss(model, tokenizer, batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            recent = [*recent[1 - spec.sft_eval_every :], loss.item()]
+            recent = [*recent[1 - spec.tiny.sft_eval_every :], loss.item()]
             mean_loss = sum(recent) / len(recent)
             # above this loss the sampled accuracy is ~0: sampling the dev set would only cost time
-            if step % spec.sft_eval_every == 0 and mean_loss < spec.sft_eval_max_loss:
-                accuracy = _accuracy(engine, dev, seed=spec.sft_seed + step)
+            if step % spec.tiny.sft_eval_every == 0 and mean_loss < spec.tiny.sft_eval_max_loss:
+                accuracy = _accuracy(engine, dev, seed=spec.tiny.sft_seed + step)
             bar.advance({"loss": mean_loss, "accuracy": accuracy})  # the bar shows this step's check
-            if step % spec.sft_eval_every:
+            if step % spec.tiny.sft_eval_every:
                 continue
             say(f"cold start: step {step} loss {mean_loss:.3f} dev sampled accuracy {accuracy:.2f} (stops at "
-                f"{spec.sft_target_accuracy:.2f}; sampled once the loss is below {spec.sft_eval_max_loss})")
-            if accuracy >= spec.sft_target_accuracy:
+                f"{spec.tiny.sft_target_accuracy:.2f}; sampled once the loss is below {spec.tiny.sft_eval_max_loss})")
+            if accuracy >= spec.tiny.sft_target_accuracy:
                 break
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {"steps": step, "dev_sampled_accuracy": accuracy, "seconds": round(time.time() - t0, 1),
-            "parameters": n_params, "spec": asdict(spec), "format_version": FORMAT_VERSION}
+            "parameters": n_params, "spec": spec.fields(), "format_version": FORMAT_VERSION}
     (out / "coldstart.json").write_text(json.dumps(info, indent=2))
     log(f"cold start: done in {info['seconds']} s after {step} steps (dev sampled accuracy {accuracy:.2f})")
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from gspo.algos.metrics import ENTROPY, REWARD_MEAN, TRUNCATED_FRAC
+
 
 @dataclass(frozen=True)
 class Collapse:
@@ -46,10 +48,10 @@ class CollapseDetector:
         return None
 
     def _reward(self, row: dict) -> str | None:
-        if "reward/mean" not in row:
+        if REWARD_MEAN not in row:
             return None
         c = self.cfg
-        self._recent.append(row["reward/mean"])
+        self._recent.append(row[REWARD_MEAN])
         avg = sum(self._recent) / len(self._recent)
         if len(self._recent) == self._recent.maxlen:
             self._best_reward = avg if self._best_reward is None else max(self._best_reward, avg)
@@ -72,7 +74,7 @@ class CollapseDetector:
         return None
 
     def _entropy(self, row: dict) -> str | None:
-        entropy = row.get("policy/entropy")
+        entropy = row.get(ENTROPY)
         if entropy is None:
             return None
         if self._entropy0 is None:
@@ -84,7 +86,7 @@ class CollapseDetector:
         return None
 
     def _length(self, row: dict) -> str | None:
-        truncated = row.get("completion/truncated_frac")
+        truncated = row.get(TRUNCATED_FRAC)
         if truncated is not None and truncated >= self.cfg.truncated_max:
             return f"length blow-up: {truncated:.0%} of completions hit max_new_tokens"
         return None

@@ -104,13 +104,13 @@ def stop(world: World, *, clean: bool) -> None:
         dist.destroy_process_group()
 
 
-def check_layout(train, world: World, rollout=None) -> None:
+def check_layout(train, world: World, sampling=None) -> None:  # sampling: cfg.rollout
     """Refuse, in one line, a batch that cannot be shared by whole groups (or a rollout setting that cannot run
     on several ranks), before anything is written."""
     if world.size == 1:
         return
-    if rollout is not None and rollout.engine == "vllm" and rollout.tensor_parallel_size > 1:
-        raise GspoError(f"rollout.tensor_parallel_size={rollout.tensor_parallel_size} with {world.size} processes: "
+    if sampling is not None and sampling.engine == "vllm" and sampling.tensor_parallel_size > 1:
+        raise GspoError(f"rollout.tensor_parallel_size={sampling.tensor_parallel_size} with {world.size} processes: "
                         "under torchrun each rank runs its own colocated vLLM engine; use tensor_parallel_size=1")
     b = train.prompts_per_step
     if world.size > b:
@@ -120,7 +120,7 @@ def check_layout(train, world: World, rollout=None) -> None:
     if b % world.size:
         raise GspoError(f"train.prompts_per_step={b} groups do not divide across {world.size} processes: every rank "
                         f"takes the same number of whole groups; use a multiple of {world.size}")
-    if rollout is not None and rollout.dynamic_sampling:
+    if sampling is not None and sampling.dynamic_sampling:
         raise GspoError("rollout.dynamic_sampling runs in one process only (each rank generates its own groups, so "
                         "which to keep and refill would be one rank's choice); use one process or turn it off")
     if train.on_nonfinite == "skip":

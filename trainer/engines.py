@@ -10,11 +10,12 @@ from gspo.conf.errors import GspoError
 from gspo.trainer import vllm_engine
 from gspo.trainer.models import DTYPES
 from gspo.trainer.rollout import HFEngine
+from gspo.trainer.scoring import ENGINE, old_logp_origin
 
 
-def require_engine(rollout) -> None:
-    """Fail before a run starts when the configured engine's library is missing."""
-    if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+def require_engine(sampling) -> None:
+    """Fail before a run starts when the configured engine's library is missing (`sampling`: cfg.rollout)."""
+    if sampling.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
 
 
@@ -22,7 +23,7 @@ def make_engine(cfg, model, tokenizer):
     r = cfg.rollout
     if r.engine == "hf":
         return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                        batch_size=r.batch_size, want_logprobs=cfg.algo.old_logp_source == "engine",
+                        batch_size=r.batch_size, want_logprobs=old_logp_origin(cfg.algo) == ENGINE,
                         autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler,
                         record_routing=cfg.algo.routing_replay == "rollout")
     if r.engine == "vllm":

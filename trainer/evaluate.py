@@ -24,6 +24,7 @@ from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir, checkpoint_problem, checkpoint_step
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.task_types import Task, prompt_text
+from gspo.trainer.tasks import bench_options
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:
@@ -67,13 +68,12 @@ def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:
 
 def load_benches(cfg) -> list:
     """The benchmarks of `eval.benches` (a file of `eval.paths` instead of the hub, the first `eval.limit`
-    problems); `arith` is the held-out set of the config's own arith task (digits, ops, size)."""
+    problems); a task may shape a benchmark (trainer/tasks.bench_options: `arith` is the held-out set of
+    the config's own arith task: digits, ops, size)."""
     benches = []
     for name in cfg.eval.benches:
-        task = cfg.task
-        options = ({"min_digits": task.min_digits, "max_digits": task.max_digits, "ops": task.ops, "n": task.eval_size}
-                   if name == "arith" and task.kind == "arith" else {})
-        benches.append(load_benchmark(name, path=cfg.eval.paths.get(name), limit=cfg.eval.limit, **options))
+        benches.append(load_benchmark(name, path=cfg.eval.paths.get(name), limit=cfg.eval.limit,
+                                      **bench_options(cfg, name)))
     return benches
 
 

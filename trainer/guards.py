@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from gspo.algos.metrics import SKIPPED_BATCH
 from gspo.conf.errors import GspoError
 
 
@@ -36,6 +37,6 @@ def handle_nonfinite(cfg, run, step: int, err: NonFinite, log) -> dict:
     path = run.write_json(f"nonfinite_step_{step:06d}.json", {"step": step, "reason": str(err), **err.dump})
     if cfg.train.on_nonfinite == "skip":
         log(f"step {step}: {err}; the batch is skipped, its earlier updates undone (dump: {path})")
-        return {"guard/skipped_batch": 1.0}
+        return {SKIPPED_BATCH: 1.0}
     raise GspoError(f"step {step}: {err}; stopped before it reached the weights (dump: {path}); "
                     f"lower train.lr, or set train.on_nonfinite=skip")

@@ -11,6 +11,7 @@ import netrc
 import os
 from pathlib import Path
 
+from gspo.algos.metrics import EVAL
 from gspo.evals.benchmarks.types import is_count
 from gspo.trainer.rundir import RunDir
 
@@ -61,8 +62,8 @@ class Loggers:
         if self.wandb is not None and self.job_type == "eval":
             logged = {}
             for r in rows:  # the value, and the counts it is over, as training logs them
-                logged[f"eval/{r['benchmark']}/{r['metric']}"] = r["value"]
-                logged |= {f"eval/{r['benchmark']}/{c}": r[c] for c in r if is_count(c)}
+                logged[EVAL.format(r["benchmark"], r["metric"])] = r["value"]
+                logged |= {EVAL.format(r["benchmark"], c): r[c] for c in r if is_count(c)}
             self.wandb.log(logged)
 
     def samples(self, rows: list[dict]) -> None:

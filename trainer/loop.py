@@ -13,20 +13,36 @@ from __future__ import annotations
 import copy
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
+from gspo.algos.metrics import (
+    ENTROPY,
+    EVAL,
+    EVAL_ACCURACY,
+    FRAC_ZERO_STD,
+    LEN_MAX,
+    LEN_MEAN,
+    REWARD_MEAN,
+    REWARD_STD,
+    REWARD_TASK,
+    TIME_PHASE,
+    TIME_ROLLOUT,
+    TIME_STEP,
+    TIME_UPDATE,
+    TOKENS_PER_S,
+    TRUNCATED_FRAC,
+)
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer import distributed, fsdp
 from gspo.trainer.advantages import check_algorithm, corrected, rollout_advantages
 from gspo.trainer.collapse import CollapseDetector
+from gspo.trainer.context import StepContext
 from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
@@ -38,14 +54,16 @@ from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
+from gspo.trainer.reduction import to_host
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.rundir import SET_ASIDE, RunDir, checkpoint_step, default_run_id, missing_steps, read_jsonl
 from gspo.trainer.sampling import Sampled, format_prompts, sample_batch
+from gspo.trainer.scoring import ENGINE, old_logp_origin, old_logprobs
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
 from gspo.trainer.task_types import Task
 from gspo.trainer.tasks import build_task
-from gspo.trainer.update import Batch, old_logprobs, to_host, update
+from gspo.trainer.update import Batch, run_updates
 
 
 def train(cfg, log=print) -> Path:
@@ -82,38 +100,17 @@ def train(cfg, log=print) -> Path:
 
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
-    device, precision_name, world = compute
+    world = compute[2]
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
     sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/fsdp.py; fsdp.check has made sure there are ranks
     if ckpt and fsdp.is_sharded_checkpoint(ckpt) != sharded:
         raise GspoError(f"resume: {ckpt.name} was saved with train.fsdp={not sharded}; resume with the same setting")
-    # a sharded checkpoint's weights are its shards: the model starts as the run did and loads them below
-    # rank 0 first: a cold start or hub download is made once, the other ranks read the cache
-    model, tokenizer = distributed.main_first(
-        lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
-    if cfg.algo.routing_replay != "none" and not find_routers(model):
-        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
-                        "top-k router modules")
-    model.to(device)
-    if cfg.train.compile:
-        compile_body(model)
-    bf16 = precision_name == "bf16"
-    if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
-        fsdp.shard(model, bf16=bf16)
-        precision_name = "fp32"
-    precision = Precision(model, precision_name, device)
+    model, tokenizer, precision, bf16 = _policy(cfg, ckpt, compute, log)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
-    aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
-    if aside:
-        log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
-            f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
-            "those steps again as it redoes them")
-    run.write_config(config_to_yaml(cfg))
-    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
-                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
+    _open_run(cfg, run, ckpt, start, world, unrebuilt, log)
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -123,43 +120,9 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                                shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)
         replay = cfg.algo.routing_replay  # none, trainer (R2) or rollout (R3): whose experts are compared and replayed
         routing = RoutingRecorder(model, replay=replay != "none", source="rollout" if replay == "rollout" else "trainer")
-        collapse = _collapse_detector(cfg, task, run)
-        conf, policy = StepConfig.of(cfg), Policy(model, ref_model, engine, routing)
-        optim = Optim(precision, optimizer, scheduler)
-        # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
-        # collectives) every rank evaluates and rank 0 alone writes
-        evaluates = world.main or sharded
-        with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
-            say = bar.wrap(log)
-            if start == 0 and evaluates:
-                bar.phase("eval at step 0")
-                row0 = _evaluate(cfg, engine, task, benches, 0, loggers, say)
-                loggers.metrics(0, row0)
-                _watch(collapse, cfg, run, 0, row0, say)
-            for step in range(start + 1, cfg.train.steps + 1):
-                bar.phase(None)
-                try:
-                    row = train_step(step, conf, policy, optim, task, loggers, world=world)
-                except NonFinite as e:
-                    row = handle_nonfinite(cfg, run, step, e, say)
-                last = step == cfg.train.steps
-                if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
-                    bar.phase(f"eval at step {step}")
-                    row |= _evaluate(cfg, engine, task, benches, step, loggers, say)
-                loggers.metrics(step, row)
-                stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
-                last = last or stop
-                save = last or (cfg.train.save_every and step % cfg.train.save_every == 0)
-                if save and sharded:
-                    save_sharded_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision, world,
-                                            keep=cfg.train.keep_checkpoints, full=last)  # every rank
-                elif save and world.main:
-                    save_checkpoint(run, step, model, tokenizer, optimizer, scheduler, precision,
-                                    keep=cfg.train.keep_checkpoints)
-                run.set_status("running", step=step)
-                bar.advance(row)
-                if stop:
-                    break
+        ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler,
+                             ref_model=ref_model, engine=engine, routing=routing, world=world)
+        _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -182,6 +145,85 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             if note:
                 log(note)
     return run.path
+
+
+def _policy(cfg, ckpt: Path | None, compute, log) -> tuple:
+    """(model, tokenizer, Precision, bf16) on the run's device: loaded (rank 0 first: a cold start or hub
+    download is made once, the other ranks read the cache), compiled and sharded as configured. A sharded
+    checkpoint's weights are its shards: the model starts as the run did and load_checkpoint loads them."""
+    device, precision_name, world = compute
+    sharded = bool(cfg.train.fsdp)
+    model, tokenizer = distributed.main_first(
+        lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
+    if cfg.algo.routing_replay != "none" and not find_routers(model):
+        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
+                        "top-k router modules")
+    model.to(device)
+    if cfg.train.compile:
+        compile_body(model)
+    bf16 = precision_name == "bf16"
+    if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
+        fsdp.shard(model, bf16=bf16)
+        precision_name = "fp32"
+    return model, tokenizer, Precision(model, precision_name, device), bf16
+
+
+def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unrebuilt: list[int], log) -> None:
+    """Logs cut back to the restart point (rows set aside, never lost), the config written, status running."""
+    aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
+    if aside:
+        log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
+            f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
+            "those steps again as it redoes them")
+    run.write_config(config_to_yaml(cfg))
+    run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
+                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
+
+
+def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int, tokenizer, log) -> None:
+    """Steps start+1.. of the run, with the step-0 eval of a fresh one; `work`: (task, benchmarks). Stops at
+    train.steps, or at a collapse with train.stop_on_collapse."""
+    task, benches = work
+    world, sharded = ctx.world, bool(cfg.train.fsdp)
+    collapse = _collapse_detector(cfg, task, run)
+    # [distributed] rank 0 evaluates, the others wait in the next collective; under FSDP (whose forwards are
+    # collectives) every rank evaluates and rank 0 alone writes
+    evaluates = world.main or sharded
+    with Progress(cfg.train.steps, start, enabled=cfg.logger.progress and world.main) as bar:
+        say = bar.wrap(log)
+        if start == 0 and evaluates:
+            bar.phase("eval at step 0")
+            row0 = _evaluate(cfg, ctx.engine, task, benches, 0, loggers, say)
+            loggers.metrics(0, row0)
+            _watch(collapse, cfg, run, 0, row0, say)
+        for step in range(start + 1, cfg.train.steps + 1):
+            bar.phase(None)
+            try:
+                row = train_step(step, ctx, task, loggers)
+            except NonFinite as e:
+                row = handle_nonfinite(cfg, run, step, e, say)
+            last = step == cfg.train.steps
+            if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+                bar.phase(f"eval at step {step}")
+                row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say)
+            loggers.metrics(step, row)
+            stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
+            last = last or stop
+            if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
+                _save(cfg, run, step, ctx, tokenizer, full=last)
+            run.set_status("running", step=step)
+            bar.advance(row)
+            if stop:
+                break
+
+
+def _save(cfg, run: RunDir, step: int, ctx: StepContext, tokenizer, *, full: bool) -> None:
+    """A checkpoint of step `step`: sharded by every rank under FSDP (`full`: also the whole weights), else by rank 0."""
+    parts = (ctx.model, tokenizer, ctx.optimizer, ctx.scheduler, ctx.precision)
+    if cfg.train.fsdp:
+        save_sharded_checkpoint(run, step, *parts, ctx.world, keep=cfg.train.keep_checkpoints, full=full)
+    elif ctx.world.main:
+        save_checkpoint(run, step, *parts, keep=cfg.train.keep_checkpoints)
 
 
 def _resume_point(run: RunDir, log) -> tuple[Path | None, list[int]]:
@@ -215,7 +257,7 @@ def _steps_text(steps: list[int]) -> str:
 
 def _collapse_detector(cfg, task: Task, run: RunDir) -> CollapseDetector:
     """A detector that has seen the run's logged rows (a resumed run continues where it was)."""
-    detector = CollapseDetector(cfg.train.collapse, f"eval/{task.name}/accuracy")
+    detector = CollapseDetector(cfg.train.collapse, EVAL.format(task.name, EVAL_ACCURACY))
     for row in read_jsonl(run.path / "metrics.jsonl"):
         detector.observe(row)
     return detector
@@ -255,49 +297,14 @@ def _reference(cfg, model, log, *, resumed: bool, shard=None):
     return ref
 
 
-@dataclass(frozen=True)
-class StepConfig:
-    """The parts of the config one step reads (the config's own typed nodes: algo, train, rollout)."""
-
-    algo: Any
-    train: Any
-    sampling: Any  # cfg.rollout
-    seed: int
-    chat: bool  # model.chat_template
-    samples_per_step: int  # logger.samples_per_step
-
-    @classmethod
-    def of(cls, cfg) -> StepConfig:
-        return cls(cfg.algo, cfg.train, cfg.rollout, cfg.seed, cfg.model.chat_template, cfg.logger.samples_per_step)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What a step samples from and updates: the model, its frozen reference (None: no KL term), the
-    rollout engine and, on MoE models, the routing recorder."""
-
-    model: torch.nn.Module
-    ref_model: torch.nn.Module | None
-    engine: Any
-    routing: RoutingRecorder | None = None
-
-
-@dataclass(frozen=True)
-class Optim:
-    precision: Precision
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-
-
-def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: Task, loggers, *,
-               world: World = World()) -> dict:
+def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
     """One rollout batch and its updates; returns the step's metrics row. Every tensor lives on the model's
-    device; the vLLM engine's CPU rollout is moved there once. With several processes (`world`), this rank
+    device; the vLLM engine's CPU rollout is moved there once. With several processes (`ctx.world`), this rank
     generates and grades its own groups, then every rank holds the whole batch and the scoring and update
     forwards are dealt out (trainer/distributed.py): the update and the row are the whole batch's."""
-    precision, engine, algo, G = optim.precision, policy.engine, conf.algo, conf.train.group_size
+    engine, algo, G = ctx.engine, ctx.algo, ctx.train.group_size
     # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced)
-    sampled = sample_batch(step, conf, engine, task, precision.device, world)
+    sampled = sample_batch(step, ctx, engine, task, ctx.precision.device, ctx.world)
     rollout, rewards, items, prompts = sampled.rollout, sampled.rewards, sampled.items, sampled.prompts
     golds = [it.gold for it in items for _ in range(G)]
     t1 = time.perf_counter()
@@ -305,30 +312,27 @@ def train_step(step: int, conf: StepConfig, policy: Policy, optim: Optim, task: 
         check_finite("reward", rewards)
         advantages = rollout_advantages(algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
                                         rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
-        old_logp, entropy, ref_logp = old_logprobs(policy.model, policy.ref_model, rollout, precision=precision,
-                                                   algo=algo, train=conf.train, sampling=conf.sampling,
-                                                   routing=policy.routing, world=world)
+        old_logp, entropy, ref_logp = old_logprobs(ctx, rollout)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         # a mismatch correction scales the advantages; the loss's old log-probs are the sampler's or the trainer's
         advantages, loss_old_logp, correction = corrected(algo, advantages, old_logp, rollout)
-        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, policy.routing)
+        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, ctx.routing)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
-        metrics = to_host(update(policy.model, optim.optimizer, optim.scheduler, batch, precision=precision, algo=algo,
-                                 train=conf.train, rollout=conf.sampling, seed=step_seed(conf.seed, step, "shuffle"),
-                                 undoable=conf.train.on_nonfinite == "skip", world=world))
+        metrics = to_host(run_updates(ctx, batch, seed=step_seed(ctx.seed, step, "shuffle"),
+                                      undoable=ctx.train.on_nonfinite == "skip"))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise
     finally:
-        engine.sync_weights(policy.model)
+        engine.sync_weights(ctx.model)
     t2 = time.perf_counter()
     times = {**sampled.times, "old_logp": t_scored - t1, "updates": t2 - t_scored}  # generate, grade: every round's
     row = step_row(task.name, G, sampled, entropy, metrics | to_host(correction), times)
-    if algo.old_logp_source == "engine" and rollout.engine_logp is not None:
+    if old_logp_origin(algo) == ENGINE and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
-    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, conf.samples_per_step, task.grader))
+    loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, ctx.samples_per_step, task.grader))
     return row
 
 
@@ -342,22 +346,22 @@ def step_row(task_name: str, group_size: int, sampled: Sampled, entropy, update_
     lengths = mask.sum(-1)
     step_s = sum(times.values())
     return {
-        "reward/mean": rewards.mean().item(),
-        "reward/std": rewards.std().item(),
-        f"reward/{task_name}": rewards.mean().item(),
-        "reward/frac_zero_std_groups": frac_zero_std_groups(sampled.rewards, group_size).item(),
-        "completion/len_mean": lengths.mean().item(),
-        "completion/len_max": lengths.max().item(),
-        "completion/truncated_frac": rollout.truncated.float().mean().item(),
-        "policy/entropy": ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
+        REWARD_MEAN: rewards.mean().item(),
+        REWARD_STD: rewards.std().item(),
+        REWARD_TASK.format(task_name): rewards.mean().item(),
+        FRAC_ZERO_STD: frac_zero_std_groups(sampled.rewards, group_size).item(),
+        LEN_MEAN: lengths.mean().item(),
+        LEN_MAX: lengths.max().item(),
+        TRUNCATED_FRAC: rollout.truncated.float().mean().item(),
+        ENTROPY: ((entropy * mask).sum() / mask.sum().clamp(min=1)).item(),
         **sampled.metrics,
         **update_metrics,
-        "time/rollout_s": times["generate"] + times["grade"],
-        "time/update_s": times["old_logp"] + times["updates"],
-        "time/step_s": step_s,
+        TIME_ROLLOUT: times["generate"] + times["grade"],
+        TIME_UPDATE: times["old_logp"] + times["updates"],
+        TIME_STEP: step_s,
         # the split of the step: sampling, grading, old (and reference) log-probs, the optimizer updates
-        **{f"time/{k}_s": v for k, v in times.items()},
-        "throughput/tokens_per_s": lengths.sum().item() / max(step_s, 1e-9),
+        **{TIME_PHASE.format(k): v for k, v in times.items()},
+        TOKENS_PER_S: lengths.sum().item() / max(step_s, 1e-9),
     }
 
 
@@ -382,6 +386,6 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     results = {task.name: task_metrics, **bench_metrics}
     row = {}
     for name, metrics in results.items():
-        log(f"step {step}: " + ", ".join(f"eval/{name}/{k} {v:.3f}" for k, v in metrics.items()))
-        row |= {f"eval/{name}/{k}": v for k, v in metrics.items()}
+        log(f"step {step}: " + ", ".join(f"{EVAL.format(name, k)} {v:.3f}" for k, v in metrics.items()))
+        row |= {EVAL.format(name, k): v for k, v in metrics.items()}
     return row

@@ -69,14 +69,16 @@ def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, inte
         return arch(cfg)
 
 
-# Qwen/Qwen3-0.6B's config.json: the shape used to test and measure at a real model's size, offline
+# Qwen/Qwen3-0.6B's config.json: the shape used to test and measure at a real model's size, offline (perf/,
+# tests/test_gpu.py)
 QWEN3_0_6B = {"vocab_size": 151936, "hidden_size": 1024, "num_layers": 28, "intermediate_size": 3072, "num_heads": 16,
               "num_kv_heads": 8, "head_dim": 128}
 
 
 def save_random_qwen3_0_6b(folder: Path, alphabet: str, *, dtype: str = "bfloat16", seed: int = 0) -> Path:
     """A randomly initialised model of Qwen3-0.6B's shape with a character tokenizer over `alphabet` whose
-    vocabulary is padded to the model's (filler tokens `<fN>`), saved to `folder`; nothing is downloaded."""
+    vocabulary is padded to the model's (filler tokens `<fN>`), saved to `folder`; nothing is downloaded.
+    Used by the GPU tests and by perf/trl_vs_gspo.py --model qwen3-0.6b-random."""
     q = QWEN3_0_6B
     tokenizer = build_char_tokenizer(alphabet, size=q["vocab_size"])
     model = build_tiny_qwen3(q["vocab_size"], hidden_size=q["hidden_size"], num_layers=q["num_layers"],

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from gspo.algos.metrics import LOAD_MAX, ROUTING_CHANGED
 from gspo.trainer import distributed
 
 
@@ -164,8 +165,8 @@ class RoutingRecorder:
             return {}
         if world is not None:  # [distributed] the counts of every rank's update forwards
             distributed.sum_tensors([self._changed, self._total], world)
-        return {"moe/routing_changed_frac": self._changed / self._total.clamp(min=1),
-                "moe/load_max": torch.stack([self._load_max(i) for i in range(len(self.routers))]).mean()}
+        return {ROUTING_CHANGED: self._changed / self._total.clamp(min=1),
+                LOAD_MAX: torch.stack([self._load_max(i) for i in range(len(self.routers))]).mean()}
 
     def remove(self) -> None:
         for h in self._hooks:

@@ -11,6 +11,7 @@ from gspo.trainer.coldstart import ColdStartSpec, cold_start_path
 from gspo.trainer.lora import add_lora, load_adapter
 from gspo.trainer.models import DTYPES, load_pretrained
 from gspo.trainer.precision import check_precision, resolve_precision
+from gspo.trainer.tasks import REFUSES, WARNS, task_kind
 
 
 def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = None, merge: bool = False):
@@ -21,11 +22,13 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
     lora = OmegaConf.select(cfg, "model.lora.r", default=0) > 0  # a run's config.yaml from before LoRA has none
     weights = None if lora else path
     if weights is None and m.name == "tiny":
-        if cfg.task.kind == "math":
-            raise GspoError("model=tiny speaks only the embedded arith task: use task=arith, or a real model")
-        if cfg.task.kind == "code":
-            log("model=tiny knows only arithmetic: on task=code it writes no code (an end-to-end check of the "
-                "task, not training)")
+        on_tiny = task_kind(cfg.task.kind).on_tiny
+        if on_tiny == REFUSES:
+            raise GspoError(f"model=tiny speaks only the embedded arith task: use task=arith, or a real model "
+                            f"(task.kind={cfg.task.kind})")
+        if on_tiny == WARNS:
+            log(f"model=tiny knows only arithmetic: on task.kind={cfg.task.kind} it cannot do the task (an end-to-end "
+                "check of the task, not training)")
         progress = OmegaConf.select(cfg, "logger.progress", default=False)
         weights = str(cold_start_path(tiny_spec(cfg), m.tiny.cache_dir, log, progress=progress))
     model, tokenizer = load_pretrained(weights or m.name, dtype=m.dtype, trust_remote_code=m.trust_remote_code,
@@ -37,15 +40,9 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
 
 
 def tiny_spec(cfg) -> ColdStartSpec:
-    t = cfg.model.tiny
-    return ColdStartSpec(
-        hidden_size=t.hidden_size, num_layers=t.num_layers, intermediate_size=t.intermediate_size,
-        num_heads=t.num_heads, num_kv_heads=t.num_kv_heads, num_experts=t.num_experts,
-        experts_per_token=t.experts_per_token, moe_intermediate_size=t.moe_intermediate_size, sft_lr=t.sft_lr, sft_batch_size=t.sft_batch_size,
-        sft_max_steps=t.sft_max_steps, sft_eval_every=t.sft_eval_every, sft_eval_max_loss=t.sft_eval_max_loss,
-        sft_target_accuracy=t.sft_target_accuracy, sft_seed=t.sft_seed, min_digits=cfg.task.min_digits,
-        max_digits=cfg.task.max_digits, ops=cfg.task.ops, max_new_tokens=cfg.rollout.max_new_tokens,
-    )
+    """The cold start `cfg` asks for: its model.tiny settings and its arithmetic task."""
+    return ColdStartSpec(OmegaConf.to_object(cfg.model.tiny), min_digits=cfg.task.min_digits,
+                         max_digits=cfg.task.max_digits, ops=cfg.task.ops, max_new_tokens=cfg.rollout.max_new_tokens)
 
 
 def checked_precision(cfg, device) -> str:

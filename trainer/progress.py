@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from gspo.algos.metrics import CLIP_TOKEN_FRAC, REWARD_MEAN
+
 # rich estimates the speed over its last 30 s by default: with steps slower than that the ETA would read
 # -:--:-- for most of a run; over the whole run it is there from the second step
 _WHOLE_RUN_S = 7 * 24 * 3600.0
@@ -53,5 +55,5 @@ class Progress:
 def train_stats(row: dict) -> str:
     """The step's numbers, each with its name: the mean reward and clip/token_frac (the share of tokens
     whose clipped branch is active)."""
-    return (f"reward/mean {row.get('reward/mean', float('nan')):.3f}  "
-            f"clip/token_frac {row.get('clip/token_frac', float('nan')):.4f}")
+    return (f"{REWARD_MEAN} {row.get(REWARD_MEAN, float('nan')):.3f}  "
+            f"{CLIP_TOKEN_FRAC} {row.get(CLIP_TOKEN_FRAC, float('nan')):.4f}")

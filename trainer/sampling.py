@@ -25,6 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from gspo.algos import constant_groups, overlong_penalty
+from gspo.algos.metrics import (
+    DRAWS,
+    GROUPS_DRAWN,
+    GROUPS_DROPPED,
+    GROUPS_KEPT,
+    GROUPS_REFILLED,
+    OVERLONG_PENALTY,
+)
 from gspo.trainer import distributed
 from gspo.trainer.distributed import World
 from gspo.trainer.rollout import Rollout, concat_rollouts
@@ -53,9 +61,9 @@ class Sampled:
 
 
 def sample_batch(step: int, conf, engine, task: Task, device: torch.device, world: World) -> Sampled:
-    """The step's batch under `conf` (loop.StepConfig: seed, train, sampling = cfg.rollout, chat)."""
-    B, r = conf.train.prompts_per_step, conf.sampling
-    rounds = r.max_draws if r.dynamic_sampling else 1
+    """The step's batch under `conf` (a trainer.context.StepContext: seed, train, sampling = cfg.rollout, chat)."""
+    B, sampling = conf.train.prompts_per_step, conf.sampling
+    rounds = sampling.max_draws if sampling.dynamic_sampling else 1
     kept: list[tuple[Sampled, list[int]]] = []  # (round, its groups kept)
     dropped: list[tuple[Sampled, int]] = []
     n_kept = draws = 0
@@ -64,7 +72,7 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
         part = _draw(step, k, conf, engine, task, device, world)
         draws += 1
         times = {key: times[key] + part.times[key] for key in times}
-        if not r.dynamic_sampling:
+        if not sampling.dynamic_sampling:
             return part
         empty = constant_groups(part.rewards, conf.train.group_size).tolist()  # [B]
         good = [g for g in range(B) if not empty[g]][: B - n_kept]
@@ -75,9 +83,9 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
             break
     refill = dropped[: B - n_kept]
     batch = _join([*kept, *((part, [g]) for part, g in refill)], conf.train.group_size, engine.tokenizer.pad_token_id)
-    batch.metrics = {"sampling/groups_drawn": float(draws * B), "sampling/groups_kept": float(n_kept),
-                     "sampling/groups_dropped": float(len(dropped)), "sampling/draws": float(draws),
-                     "sampling/groups_refilled": float(len(refill)), **_penalty_metric(batch, r)}
+    batch.metrics = {GROUPS_DRAWN: float(draws * B), GROUPS_KEPT: float(n_kept),
+                     GROUPS_DROPPED: float(len(dropped)), DRAWS: float(draws),
+                     GROUPS_REFILLED: float(len(refill)), **_penalty_metric(batch, sampling)}
     batch.times = times
     return batch
 
@@ -109,7 +117,7 @@ def _draw(step: int, k: int, conf, engine, task: Task, device: torch.device, wor
 def _penalty_metric(batch: Sampled, sampling) -> dict[str, float]:
     if not sampling.overlong_buffer:
         return {}
-    return {"reward/overlong_penalty": (batch.rewards - batch.task_rewards).mean().item()}
+    return {OVERLONG_PENALTY: (batch.rewards - batch.task_rewards).mean().item()}
 
 
 def _join(parts: list[tuple[Sampled, list[int]]], G: int, pad_id: int) -> Sampled:

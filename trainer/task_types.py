@@ -76,3 +76,9 @@ def hold_out(items: list[Item], eval_size: int) -> tuple[list[Item], list[Item]]
 
 def uniform_draw(items: list[Item]) -> Callable[[random.Random, int], list[Item]]:
     return lambda rng, n: [items[rng.randrange(len(items))] for _ in range(n)]
+
+
+def require_dataset(cfg) -> None:
+    """A task read from a dataset fails, before anything is written, when `task.dataset` is unset."""
+    if not cfg.dataset:
+        raise GspoError(f"task.dataset is required for a {cfg.kind} task: a Hugging Face id or a local .jsonl")

@@ -3,28 +3,70 @@
 A task hands out prompts for each step (deterministically from the run's seed and the step, so a
 resumed run sees what an uninterrupted one would) and grades completions with the same grader that
 `gspo eval` uses (gspo.evals), so what is optimised is what is measured.
+
+The task registry, as algorithms and benchmarks have theirs: `task.kind` names a registered builder
+(`register_task(kind, build, ...)`, `build(cfg.task) -> Task`), and the kinds a config may name are the
+`kind:` of the `task/` presets of every config source (conf/compose.py). A new task kind is one module
+(its builder), one `register_task` line and one yaml in `conf/task/`.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gspo.conf.errors import GspoError
 from gspo.evals.arith import grade_arith, grade_steps, is_held_out, make_split, sample_problem
 from gspo.evals.graders.math import grade_math
 from gspo.evals.records import load_hub_rows, read_records
 from gspo.trainer.code_task import code_task
-from gspo.trainer.task_types import Item, Task, graded_by, hold_out, uniform_draw
+from gspo.trainer.task_types import Item, Task, graded_by, hold_out, require_dataset, uniform_draw
+
+# What the embedded model (model=tiny, which knows only arithmetic) makes of a task kind:
+TRAINS, WARNS, REFUSES = "trains", "warns", "refuses"
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    kind: str
+    build: Callable[[Any], Task]  # cfg.task -> Task; bad data fails here, before anything is written
+    on_tiny: str = REFUSES  # TRAINS: its own task; WARNS: runs, as an end-to-end check; REFUSES: a one-line error
+    bench_options: Mapping[str, Callable[[Any], dict]] = field(default_factory=dict)  # bench -> its options
+    #   from cfg.task, where the task shapes a benchmark of the same problems (arith: digits, ops, size)
+
+
+TASKS: dict[str, TaskKind] = {}
+
+
+def register_task(kind: str, build: Callable[[Any], Task], *, on_tiny: str = REFUSES,
+                  bench_options: Mapping[str, Callable[[Any], dict]] | None = None) -> None:
+    """Make `task.kind=<kind>` build its Task with `build(cfg.task)`."""
+    if kind in TASKS:
+        raise ValueError(f"task kind {kind!r} is already registered")
+    if on_tiny not in (TRAINS, WARNS, REFUSES):
+        raise ValueError(f"task kind {kind!r}: on_tiny={on_tiny!r}, use {TRAINS}, {WARNS} or {REFUSES}")
+    TASKS[kind] = TaskKind(kind, build, on_tiny, dict(bench_options or {}))
+
+
+def task_kind(kind: str) -> TaskKind:
+    """The registered kind; a one-line error naming the known ones otherwise (a preset whose kind no module registers)."""
+    if kind not in TASKS:
+        raise GspoError(f"task.kind={kind!r} has no registered task; known: {', '.join(sorted(TASKS))}")
+    return TASKS[kind]
 
 
 def build_task(cfg) -> Task:
     """A Task from the `task` config group."""
-    if cfg.kind == "arith":
-        return _arith_task(cfg)
-    if cfg.kind == "code":
-        return code_task(cfg)
-    return _math_task(cfg)
+    return task_kind(cfg.kind).build(cfg)
+
+
+def bench_options(cfg, bench: str) -> dict:
+    """Options benchmark `bench` takes from the run's task (e.g. the arith bench from an arith task), else none."""
+    make = task_kind(cfg.task.kind).bench_options.get(bench)
+    return make(cfg.task) if make is not None else {}
 
 
 def _arith_task(cfg) -> Task:
@@ -44,6 +86,7 @@ def _arith_task(cfg) -> Task:
 
 
 def _math_task(cfg) -> Task:
+    require_dataset(cfg)
     rows = _load_rows(cfg.dataset, cfg.subset, cfg.split)
     items = [_math_item(cfg, row, i) for i, row in rows]
     if cfg.eval_split:
@@ -71,3 +114,12 @@ def _load_rows(dataset: str, subset: str | None, split: str) -> list[tuple[int, 
     if path.suffix in (".jsonl", ".json") or path.exists():
         return read_records(path)
     return list(enumerate(load_hub_rows(dataset, split=split, subsets=[subset]), start=1))
+
+
+def _arith_bench(task) -> dict:
+    return {"min_digits": task.min_digits, "max_digits": task.max_digits, "ops": task.ops, "n": task.eval_size}
+
+
+register_task("arith", _arith_task, on_tiny=TRAINS, bench_options={"arith": _arith_bench})
+register_task("math", _math_task)
+register_task("code", code_task, on_tiny=WARNS)

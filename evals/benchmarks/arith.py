@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import TaskConfig
 from gspo.evals.arith import extract_answer, grade_arith, make_split
 from gspo.evals.benchmarks.types import Problem, Verdict, score_verdicts
 
@@ -25,9 +26,10 @@ class ArithBenchmark:
         return score_verdicts(verdicts, k)
 
 
-def arith_benchmark(*, path: str | None = None, limit: int | None = None, min_digits: int = 3,
-                    max_digits: int = 5, ops: str = "+*", n: int = 128) -> ArithBenchmark:
-    """The held-out arithmetic problems (the same ones `gspo train` evaluates with these settings)."""
+def arith_benchmark(*, path: str | None = None, limit: int | None = None, min_digits: int = TaskConfig.min_digits,
+                    max_digits: int = TaskConfig.max_digits, ops: str = TaskConfig.ops, n: int = 128) -> ArithBenchmark:
+    """The held-out arithmetic problems (the same ones `gspo train` evaluates with these settings; the digits and
+    ops default to the schema's arith task)."""
     if path is not None:
         raise GspoError("the arith benchmark is generated, not read: drop its path")
     problems = make_split("test", limit or n, seed=0, min_digits=min_digits, max_digits=max_digits, ops=ops)

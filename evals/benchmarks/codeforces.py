@@ -9,13 +9,10 @@ from pathlib import Path
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks.livecodebench import SYSTEM_MESSAGE, lcb_prompt
 from gspo.evals.benchmarks.types import Problem, Verdict, score_verdicts
-from gspo.evals.graders.codeforces import (
-    codeelo_rating,
-    fetch_contest,
-    grade_codeforces,
-    load_contests,
-    parse_codeforces_row,
-)
+from gspo.evals.codeforces.api import fetch_contest
+from gspo.evals.codeforces.problems import parse_codeforces_row
+from gspo.evals.codeforces.rating import codeelo_rating, load_contests
+from gspo.evals.graders.codeforces import grade_codeforces
 from gspo.evals.parallel import parallel_map
 from gspo.evals.records import load_hub_rows, read_records
 

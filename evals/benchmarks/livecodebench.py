@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import TaskConfig
 from gspo.evals.benchmarks.types import Problem, Verdict, score_verdicts
 from gspo.evals.graders.code import extract_code, run_code
 from gspo.evals.parallel import parallel_map
@@ -32,7 +33,7 @@ from gspo.evals.records import is_missing, load_hub_rows, read_records
 
 HUB_ID = "livecodebench/code_generation_lite"
 DEFAULT_VERSION_TAG = "release_v6"
-TIMEOUT_S = 6.0  # per test, as LCB's runner (--timeout 6)
+TIMEOUT_S = TaskConfig.timeout_s  # CPU seconds per test: the schema's task.timeout_s, LCB's runner's (--timeout 6)
 MEMORY_MB = 2048
 
 _FILES = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]  # release v1..v6, one file each

@@ -27,9 +27,6 @@ from gspo.conf.errors import GspoError
 from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, RunResult, Sandbox
 
-VERDICTS = ("accepted", "wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit",
-            "compile_error", "checker_error")
-
 # The LiveCodeBench harness's import_string, without its sys.setrecursionlimit(50000) (a Job field).
 LCB_PRELUDE = "\n".join(f"from {m} import *" for m in (
     "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",

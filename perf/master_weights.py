@@ -4,7 +4,7 @@ A randomly initialised model of Qwen3-0.6B's shape (stored in bfloat16) takes 10
 fixed batch (the gradient of the mean log-prob of random tokens, under bf16 autocast). Reported: the
 share of stored parameters that differ from their initial value, and of the fp32 masters when present.
 
-    python benchmarks/master_weights.py            # on CUDA when available, else the CPU (slow)
+    python perf/master_weights.py            # on CUDA when available, else the CPU (slow)
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ Each arm runs in its own process (so its startup and peak RSS are its own); arms
 process's first rollout batch is a warm-up that is not counted.
 
     pip install -e '.[bench]'
-    python benchmarks/trl_vs_gspo.py                          # GRPO and GSPO, 5 repeats, B=16 G=8 T=64 M=4
-    python benchmarks/trl_vs_gspo.py --algos gspo --repeats 7 --batches 3
-    python benchmarks/trl_vs_gspo.py --scaling --arms gspo    # s per rollout batch as G, B and T double
-    python benchmarks/trl_vs_gspo.py --device cuda --model qwen3-0.6b-random --repeats 3   # on a GPU
+    python perf/trl_vs_gspo.py                          # GRPO and GSPO, 5 repeats, B=16 G=8 T=64 M=4
+    python perf/trl_vs_gspo.py --algos gspo --repeats 7 --batches 3
+    python perf/trl_vs_gspo.py --scaling --arms gspo    # s per rollout batch as G, B and T double
+    python perf/trl_vs_gspo.py --device cuda --model qwen3-0.6b-random --repeats 3   # on a GPU
 
 `--model qwen3-0.6b-random` trains a randomly initialised model of Qwen3-0.6B's shape (built in-process, no
 hub; a character tokenizer padded to Qwen3's vocabulary) instead of the embedded cold start: its samples are
@@ -87,9 +87,11 @@ def run_gspo(args, work: dict) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
+    from gspo.algos.metrics import LEN_MEAN, REWARD_MEAN, TIME_PHASE
     from gspo.conf.compose import compose_config
+    from gspo.trainer.context import StepContext
     from gspo.trainer.engines import make_engine
-    from gspo.trainer.loop import Optim, Policy, StepConfig, format_prompts, train_step
+    from gspo.trainer.loop import format_prompts, train_step
     from gspo.trainer.models import load_pretrained
     from gspo.trainer.precision import Precision
     from gspo.trainer.state import make_optimizer
@@ -107,6 +109,7 @@ def run_gspo(args, work: dict) -> dict:
     if args.full_length:  # no id ends a completion: each runs to max_new_tokens (the scaling table's length rows)
         engine.eos_ids = [-1]
     task = build_task(cfg.task)
+    ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler, engine=engine)
 
     class NoSamples:  # train_step hands a few samples per step to the run's loggers; the benchmark keeps none
         def samples(self, rows):
@@ -117,16 +120,16 @@ def run_gspo(args, work: dict) -> dict:
     for step in range(1, args.warmup + args.batches + 1):
         items = task.train_items(seed=cfg.seed, step=step, n=args.prompts)
         t0, c0 = time.perf_counter(), time.process_time()
-        row = train_step(step, StepConfig.of(cfg), Policy(model, None, engine), Optim(precision, optimizer, scheduler), task,
-                         NoSamples())
+        row = train_step(step, ctx, task, NoSamples())
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        split = {"generation": row["time/generate_s"], "grading": row["time/grade_s"],
-                 "old_logp": row["time/old_logp_s"], "update": row["time/updates_s"]}
+        phase = {k: row[TIME_PHASE.format(k)] for k in ("generate", "grade", "old_logp", "updates")}
+        split = {"generation": phase["generate"], "grading": phase["grade"], "old_logp": phase["old_logp"],
+                 "update": phase["updates"]}
         split["overhead"] = wall - sum(split.values())
         batches.append({"wall": wall, "cpu": cpu, **split, "prompts": _prompt_hash(format_prompts(tokenizer, items, chat=False)),
                         "completions": args.prompts * args.group,
-                        "tokens": row["completion/len_mean"] * args.prompts * args.group,
-                        "len_mean": row["completion/len_mean"], "reward": row["reward/mean"]})
+                        "tokens": row[LEN_MEAN] * args.prompts * args.group,
+                        "len_mean": row[LEN_MEAN], "reward": row[REWARD_MEAN]})
     config = {"algo": cfg.algo.name, "clip": [cfg.algo.clip_low, cfg.algo.clip_high],
               "aggregation": cfg.algo.options.get("aggregation", "sequence mean (GSPO)"), "adv": f"(r - mean) / (std + {cfg.algo.adv_eps})",
               "kl_beta": cfg.algo.kl_beta, "old_logp": cfg.algo.old_logp_source,

@@ -1,8 +1,8 @@
 """Mutation check: does some test fail when a feature is deliberately broken? Run by hand, not in CI.
 
-    python benchmarks/mutations.py            # every breakage
-    python benchmarks/mutations.py nproc kl   # only those whose name contains one of the words
-    python benchmarks/mutations.py --all bwrap  # without -x: every test that fails, not only the first
+    python perf/mutations.py            # every breakage
+    python perf/mutations.py nproc kl   # only those whose name contains one of the words
+    python perf/mutations.py --all bwrap  # without -x: every test that fails, not only the first
 
 Each breakage is a literal text replacement in one or more source files (it must match exactly once,
 so a stale entry fails loudly instead of silently testing nothing). The files are changed in place,
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKUP = ROOT / "benchmarks" / ".mutations-backup.json"  # exists only while a mutant is applied
-LOCK = ROOT / "benchmarks" / ".mutations.lock"  # one run at a time: two would restore each other's mutants
+BACKUP = ROOT / "perf" / ".mutations-backup.json"  # exists only while a mutant is applied
+LOCK = ROOT / "perf" / ".mutations.lock"  # one run at a time: two would restore each other's mutants
 TIMEOUT_S = 600
 
 
@@ -46,19 +46,19 @@ MUTANTS = [
     Mutant("algo-hardcoded", "the update always runs GRPO, whatever algo= says",
            (("trainer/update.py", "        algo.name, logp=logp,", '        "grpo", logp=logp,'),), UPDATE + FEATURES),
     Mutant("aggregation-ignored", "the update ignores algo.options (GRPO's aggregation)",
-           (("trainer/update.py", "**algo.options, max_len=rollout.max_new_tokens,",
-             "max_len=rollout.max_new_tokens,"),), UPDATE),
+           (("trainer/update.py", "**algo.options, max_len=ctx.sampling.max_new_tokens,",
+             "max_len=ctx.sampling.max_new_tokens,"),), UPDATE),
     Mutant("micro-batch-ignored", "train.micro_batch_size is ignored (whole minibatch in one forward)",
            (("trainer/update.py", "micro = micro_batch_size or -(-len(idx) // world.size)",
              "micro = -(-len(idx) // world.size)"),), UPDATE),
     Mutant("micro-batch-local-denominator", "each micro-batch's loss is a mean over itself (peers' bug)",
-           (("trainer/update.py", "seq_den=seq_den, tok_den=tok_den,",
-             "seq_den=float(len(part)), tok_den=float(batch.rollout.completion_mask[part].sum()),"),), UPDATE),
+           (("trainer/update.py", "seq_denominator=den[0], token_denominator=den[1],",
+             "seq_denominator=float(len(part)), token_denominator=float(batch.rollout.completion_mask[part].sum()),"),), UPDATE),
     Mutant("micro-batch-metric-weights", "micro-batch token metrics weighted by their share of sequences",
-           (("trainer/update.py", "weight = {TOKEN_MEAN: n_tok, SEQ_MEAN: n_seq,",
+           (("trainer/reduction.py", "weight = {TOKEN_MEAN: n_tok, SEQ_MEAN: n_seq,",
              "weight = {TOKEN_MEAN: n_seq, SEQ_MEAN: n_seq,"),), UPDATE),
     Mutant("epochs-ignored", "train.epochs is ignored in the update",
-           (("trainer/update.py", "for epoch in range(train.epochs):", "for epoch in range(1):"),), UPDATE + FEATURES),
+           (("trainer/update.py", "for epoch in range(ctx.train.epochs):", "for epoch in range(1):"),), UPDATE + FEATURES),
     Mutant("kl-term-skipped", "the k3 KL term is never added to the loss",
            (("algos/common.py", "loss = policy_loss + kl_beta * reduce_tokens(kl)", "loss = policy_loss"),), UPDATE),
     Mutant("kl-reference-dropped", "the trainer never builds the reference model",
@@ -66,7 +66,7 @@ MUTANTS = [
     Mutant("adv-scale-ignored", "algo.adv_scale is ignored by the rollout's advantages",
            (("trainer/advantages.py", "scale=algo.adv_scale", 'scale="std"'),), FEATURES),
     Mutant("engine-logprobs-ignored", "algo.old_logp_source=engine never replaces the old log-probs",
-           (("trainer/advantages.py", 'advantages, rollout.engine_logp if algo.old_logp_source == "engine" else old_logp, {}',
+           (("trainer/advantages.py", 'advantages, rollout.engine_logp if old_logp_origin(algo) == ENGINE else old_logp, {}',
              "advantages, old_logp, {}"),),
            FEATURES),
     Mutant("chat-template-ignored", "model.chat_template is ignored for training prompts",

@@ -5,8 +5,8 @@ in training mode as the update runs it, under autocast at the given precision; t
 trainer.logprobs (chunked LM head). Reported: peak memory allocated above the weights and gradients'
 baseline, in GiB, and the time of the forward+backward.
 
-    python benchmarks/checkpointing_memory.py                  # N=8 sequences, 64 prompt + 512 completion tokens
-    python benchmarks/checkpointing_memory.py --n 16 --t 1024 --precision bf16
+    python perf/checkpointing_memory.py                  # N=8 sequences, 64 prompt + 512 completion tokens
+    python perf/checkpointing_memory.py --n 16 --t 1024 --precision bf16
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ functional records), so every run is a wrong answer and every test runs (stop_on
 is timed is then the sandbox's cost per run (start-up, isolation, limits, reply), which is what the
 grader's isolation costs; a real solution's own CPU comes on top. One grading thread unless --workers.
 
-    python benchmarks/sandbox_throughput.py                       # the default backend, 3 repeats
-    GSPO_SANDBOX_BACKEND=unshare python benchmarks/sandbox_throughput.py --repeats 5 --workers 2
+    python perf/sandbox_throughput.py                       # the default backend, 3 repeats
+    GSPO_SANDBOX_BACKEND=unshare python perf/sandbox_throughput.py --repeats 5 --workers 2
 """
 
 from __future__ import annotations

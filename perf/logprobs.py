@@ -7,9 +7,9 @@ float32 [N, T, V] logits tensor. `--methods chunked,scoring` leaves the full met
 its three [N, T, V] tensors do not fit in 24 GB). The model is a random Qwen3-architecture transformer with Qwen's vocabulary size
 (151,936), small elsewhere, so the LM head dominates as it does for real RL batches.
 
-    python benchmarks/logprobs.py                 # defaults: N=16 sequences, T=256 completion tokens
-    python benchmarks/logprobs.py --n 8 --t 512 --chunk 1024
-    python benchmarks/logprobs.py --n 16 --t 1024 --methods chunked,scoring   # the issue's memory figure
+    python perf/logprobs.py                 # defaults: N=16 sequences, T=256 completion tokens
+    python perf/logprobs.py --n 8 --t 512 --chunk 1024
+    python perf/logprobs.py --n 16 --t 1024 --methods chunked,scoring   # the issue's memory figure
 """
 
 from __future__ import annotations

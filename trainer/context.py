@@ -1,0 +1,51 @@
+"""The one context a training step reads: the config's typed nodes and the run's live objects.
+
+Built once per run by loop._train (`StepContext.of`) and handed whole to the sampler, the scoring forward
+and the update, each of which reads the fields it needs; nothing in a step changes it. `sampling` is the
+config's `rollout` node everywhere in the trainer (temperature, top_p, max_new_tokens, the engine):
+how tokens are drawn, not the drawn tokens (those are a `Rollout`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from gspo.trainer.distributed import World
+from gspo.trainer.moe import RoutingRecorder
+from gspo.trainer.precision import Precision
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What every step of a run reads. Config nodes: `algo`, `train`, `sampling` (cfg.rollout), `seed`,
+    `chat` (model.chat_template), `samples_per_step` (logger.samples_per_step). Live objects: the trained
+    `model`, its `precision` (master weights, autocast, backward, step), `optimizer`, `scheduler`, the frozen
+    `ref_model` (None: no KL term), the rollout `engine`, the MoE `routing` recorder, the processes (`world`)."""
+
+    algo: Any
+    train: Any
+    sampling: Any
+    seed: int = 0
+    chat: bool = False
+    samples_per_step: int = 0
+    model: torch.nn.Module | None = None
+    precision: Precision | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any = None
+    ref_model: torch.nn.Module | None = None
+    engine: Any = None
+    routing: RoutingRecorder | None = None
+    world: World = World()
+
+    @classmethod
+    def of(cls, cfg, **live: Any) -> StepContext:
+        """The config's parts a step reads, with the run's live objects (`live`: model=, precision=, ...)."""
+        return cls(cfg.algo, cfg.train, cfg.rollout, cfg.seed, cfg.model.chat_template, cfg.logger.samples_per_step,
+                   **live)
+
+    def but(self, **changes: Any) -> StepContext:
+        """A copy with `changes` (a reference model scored in place of the policy, say)."""
+        return replace(self, **changes)
