@@ -22,6 +22,7 @@ import pandas as pd
 
 from gspo.trainer.report.arms import (
     Arm,
+    differing_keys,
     group_arms,
     label_keys,
     legend_note,
@@ -209,16 +210,18 @@ def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> l
     hosts = sorted({f"{r.status.get('host', '?')} ({r.status.get('cpus', '?')} CPUs, {r.status.get('platform', '?')}, torch "
                     f"{r.status.get('versions', {}).get('torch', '?')}, device {r.config.get('device')})" for r in runs})
     shared = shared_config(runs)
-    arms_df = pd.DataFrame([{"arm": a.label, **{k: a.values[k] for k in keys}, "seeds": ", ".join(map(str, a.seeds)),
-                             "runs": len(a.runs)} for a in arms])
+    differ = differing_keys(runs)  # the label's keys and those they imply (each algorithm's clip range)
+    arms_df = pd.DataFrame([{"arm": a.label, **{k: a.runs[0].config.get(k) for k in differ},
+                             "seeds": ", ".join(map(str, a.seeds)), "runs": len(a.runs)} for a in arms])
     defining = {k: shared[k] for k in DEFINING if k in shared}
     rest = {k: v for k, v in shared.items() if k not in defining}
     blocks = [Block("h2", "Setup")]
     if command:
         blocks.append(Block("pre", command))
     blocks += [
-        Block("p", f"{len(runs)} runs in {len(arms)} arms. Arms differ in: {', '.join(keys) or 'nothing (one arm)'}; "
-                   "seeds are replicates. Machine(s): " + "; ".join(hosts) + f". Report written on {platform.node()}."),
+        Block("p", f"{len(runs)} runs in {len(arms)} arms. Arms differ in: {', '.join(keys) or 'nothing (one arm)'}"
+                   + (f" (and what follows from it: {', '.join(k for k in differ if k not in keys)})"
+                      if set(differ) - set(keys) else "") + "; seeds are replicates. Machine(s): " + "; ".join(hosts) + f". Report written on {platform.node()}."),
         Block("table", table=arms_df),
         Block("p", "The settings that define the experiment (every run has these values):"),
         Block("table", table=pd.DataFrame({"key": list(defining), "value": [str(v) for v in defining.values()]})),
