@@ -24,14 +24,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from gspo.trainer.progress import Progress  # noqa: E402
 from gspo.trainer.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
 from gspo.trainer.report.runs import Run  # noqa: E402
-from gspo.trainer.report.stats import band  # noqa: E402
+from gspo.trainer.report.stats import band, excludes_zero  # noqa: E402
 from gspo.trainer.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 
 X_LABELS = {"step": "step", "time": "wall-clock time (s)", "tokens": "generated tokens"}
@@ -153,7 +152,7 @@ def _panel(ax, spec: PlotSpec, arms: list[Arm], axis: str, smooth: int = 0, labe
              for i, arm in enumerate(arms)]
     if not any(drawn):
         return False
-    log = spec.log and any((np.asarray(line.get_ydata(), dtype=float) > 0).any() for line in ax.lines)
+    log = spec.log and floor is not None
     if log:  # zeros (no clipping at all) cannot be drawn on a log axis: then the axis stays linear
         ax.set_yscale("log")
     if axis == "step":
@@ -211,7 +210,7 @@ def forest(diffs: list[Difference], out: Path) -> bool:
     fig, axes = plt.subplots(len(rows), 1, figsize=(10, 0.55 * len(rows) + 0.7), dpi=90, squeeze=False)
     for ax, d in zip(axes[:, 0], rows, strict=True):
         has_ci = not math.isnan(d.ci.low)
-        resolved = has_ci and d.ci.high > d.ci.low and (d.ci.low > 0 or d.ci.high < 0)
+        resolved = excludes_zero(d.ci)
         color = "#1f77b4" if resolved else "#777777"
         if has_ci:
             ax.plot([d.ci.low, d.ci.high], [0, 0], color=color, linewidth=2.5, solid_capstyle="butt")

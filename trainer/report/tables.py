@@ -15,7 +15,16 @@ import pandas as pd
 
 from gspo.trainer.report.arms import Arm
 from gspo.trainer.report.runs import Run
-from gspo.trainer.report.stats import Interval, clip_to, diff_ci, mean_ci, prob_improvement, seeds_needed
+from gspo.trainer.report.stats import (
+    Interval,
+    clip_to,
+    diff_ci,
+    excludes_zero,
+    iqm,
+    mean_ci,
+    prob_improvement,
+    seeds_needed,
+)
 
 SCORE, MECHANISM, COST = "score", "mechanism", "cost"
 
@@ -110,7 +119,7 @@ def arm_table(arms: list[Arm], h: Headline, valid: tuple[float | None, float | N
     for arm in arms:
         ci = clip_to(mean_ci(arm_values(arm, h)), valid)
         rows.append({"arm": arm.label, "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "n": ci.n,
-                     "how": ci.how if ci.n >= 2 else "-"})
+                     "how": ci.how if ci.n >= 2 else "-", "IQM": iqm(arm_values(arm, h))})
     return pd.DataFrame(rows)
 
 
@@ -187,8 +196,7 @@ def summary_frame(arms: list[Arm], keys: list[str], heads: list[Headline],
                     row[f"{h.metric} best"] = run_value(r, h.metric, "max")
                 row[f"{h.metric} mean"] = run_value(r, h.metric, "mean")
                 d = diffs.get(h.metric)
-                resolved = d is not None and not math.isnan(d.ci.low) and d.ci.high > d.ci.low and \
-                    (d.ci.low > 0 or d.ci.high < 0)
+                resolved = d is not None and excludes_zero(d.ci)
                 row[f"{h.metric} {h.reduce} diff"] = d.ci.mean if d else None
                 row[f"{h.metric} diff ci_low"] = d.ci.low if d else None
                 row[f"{h.metric} diff ci_high"] = d.ci.high if d else None

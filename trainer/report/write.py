@@ -33,7 +33,7 @@ from gspo.trainer.report.arms import (
 from gspo.trainer.report.page import Block, fmt, to_html, to_markdown
 from gspo.trainer.report.plots import collapsed, forest, key_grid, sensitivity, write_plots
 from gspo.trainer.report.runs import Run, load_runs, unread_steps
-from gspo.trainer.report.stats import excludes_zero, zero_width
+from gspo.trainer.report.stats import excludes_zero, mean_ci, zero_width
 from gspo.trainer.report.tables import (
     MECHANISM,
     SCORE,
@@ -198,7 +198,7 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
                "first collapse step": min([r.status["collapsed"].get("step") for r in arm.runs if collapsed(r)],
                                           default=None)}
         if score:
-            row[f"{score.info.label} (final, mean)"] = sum(arm_values(arm, score)) / len(arm.runs)
+            row[f"{score.info.label} (final, mean)"] = mean_ci(arm_values(arm, score)).mean
         rows.append(row)
     blocks += [Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
                           "moving average or held-out accuracy fell far below its best, or entropy or length broke "
@@ -237,7 +237,8 @@ def _results(arms: list[Arm], heads: list[Headline], compared: list) -> list[Blo
                                                "one seed gives no interval. Differences: Welch's 95% interval, the "
                                                "seeds per arm that would resolve a difference of this size at 80% "
                                                "power (two-sample t test at the observed pooled variance), and "
-                                               "P(better), the share of seed pairs in which the arm is higher.")]
+                                               "P(better), the share of seed pairs in which the arm is higher; IQM: the interquartile "
+                                               "mean across seeds (rliable's robust aggregate).")]
     runs = [r for a in arms for r in a.runs]
     for h in heads:
         table = arm_table(arms, h, valid_range(h.metric, runs)).rename(
