@@ -1,7 +1,9 @@
 """`gspo compare [preset=NAME] [OVERRIDES]`: a preset sweep, then the report.
 
-A preset is a file of conf/sweep/: `compare` (the default: GRPO, GSPO and GSPO-token over three seeds,
-shortened to 20 steps), `family` (GRPO, DAPO, Dr. GRPO, GSPO, GMPO, CISPO, SAPO over three seeds) and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`). Its arms,
+A preset is a file of conf/sweep/: `compare` (the default: GRPO and GSPO over three seeds, shortened to 20
+steps), `lr` (GRPO and GSPO at five learning rates: where each collapses), `family` (GRPO, DAPO, Dr. GRPO,
+GSPO, GMPO, CISPO, SAPO over three seeds) and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`).
+Arms provably equal under the config are not run twice (cli/sweep.py `fold_equal_arms`). Its arms,
 seeds and run length are the file's; overrides on the command line win over it (`algo=grpo,gspo seed=0,1
 train.steps=50`). The report goes to <sweep>/report.
 """
@@ -54,13 +56,13 @@ def sweep_params(text: str) -> dict[str, str]:
 
 @user_errors
 def compare_cmd(
-    overrides: list[str] = typer.Argument(None, help="preset=compare|family|moe|mismatch|stability, then Hydra "
+    overrides: list[str] = typer.Argument(None, help="preset=compare|lr|family|moe|mismatch|stability, then Hydra "
                                           "overrides on top of it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3"),
 ) -> None:
-    """Run a comparison preset (default: GRPO, GSPO and GSPO-token, 3 seeds, 20 steps on the embedded
-    default; preset=family: GRPO, DAPO, Dr. GRPO, GSPO, GMPO, CISPO, SAPO; preset=moe|mismatch|stability put
-    the GSPO paper's three claims to the test), then write the
-    report and print its headline table."""
+    """Run a comparison preset (default: GRPO and GSPO, 3 seeds, 20 steps on the embedded default;
+    preset=lr: both at five learning rates, where each collapses; preset=family: GRPO, DAPO, Dr. GRPO, GSPO,
+    GMPO, CISPO, SAPO; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then
+    write the report and print its verdict."""
     name, rest = pick_preset(list(overrides or []))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),
                           preset_params=sweep_params(presets()[name]), report_hint=False)

@@ -20,6 +20,8 @@ def report_cmd(
                              "else results/reports/<time>."),
     wandb: str = typer.Option("runs", "--wandb", help="auto|online|offline|disabled, or runs: as the runs' "
                               "logger.wandb. Logs the plots and the summary table in the runs' W&B group."),
+    smooth: int = typer.Option(5, "--smooth", help="Moving-average window (steps) of the training reward "
+                               "in the key curves; 1 or less: none."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds."""
@@ -28,7 +30,7 @@ def report_cmd(
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}",
-                          wandb=wandb, progress=sys.stderr.isatty())
+                          wandb=wandb, progress=sys.stderr.isatty(), smooth=smooth)
     print_report(report)
 
 
@@ -38,6 +40,10 @@ def print_report(report: Report) -> None:
     typer.echo(f"report: {report.out_dir / 'report.html'} (also report.md, summary.csv, {len(report.files) - 3} plots)")
     if report.wandb_note:
         typer.echo(report.wandb_note, err=True)
+    if report.verdict:
+        typer.echo("verdict:")
+        for line in report.verdict:
+            typer.echo(f"  {line}")
     if len(report.headline):
         typer.echo(f"{report.headline_title}:")
         for row in report.headline.itertuples(index=False):

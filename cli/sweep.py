@@ -41,7 +41,7 @@ from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
-from gspo.trainer.report.runs import SWEEP_PLAN, SWEEP_RUNS, load_run, sweep_job, sweep_runs
+from gspo.trainer.report.runs import SWEEP_PLAN, SWEEP_RUNS, load_run, sweep_job, sweep_jobs, sweep_runs
 from gspo.trainer.report.tables import run_value
 from gspo.trainer.rundir import atomic_write_text, read_status
 
@@ -65,6 +65,10 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     overrides = [a for a in overrides if not a.startswith("resume=")]
     check_sweep_overrides(overrides, command)
     check_launcher(overrides)
+    if command == "train":
+        overrides, folded = fold_equal_arms(overrides, preset_params)
+        for note in folded:
+            typer.echo(f"note: {note}", err=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
     sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
@@ -94,6 +98,35 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     if report_hint:
         typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
     return sweep_dir
+
+
+def _given(key: str, overrides: list[str], params: dict[str, str]) -> str | None:
+    """The value a sweep gives `key`: the command line's (it wins over a preset's params), else the preset's."""
+    said = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
+    return said[-1] if said else params.get(key)
+
+
+def fold_equal_arms(overrides: list[str], params: dict[str, str] | None) -> tuple[list[str], list[str]]:
+    """Arms that are provably the same under the sweep's config are not run twice: (overrides, notes).
+    GSPO-token with one advantage per sequence (algo.advantage=group, no token-level correction) equals GSPO
+    in value and gradient (GSPO paper, eqs. 13-14): it is dropped from an algo= list holding both, with a
+    note. On-policy (train.minibatches=1 train.epochs=1) GRPO and GSPO give the same gradient (every ratio is
+    1): refused. Keys this cannot see (a preset's own settings) leave the arms as they are."""
+    params = params or {}
+    algos = (_given("algo", overrides, params) or "").split(",")
+    notes = []
+    if "grpo" in algos and "gspo" in algos and _given("train.minibatches", overrides, params) == "1" and \
+            _given("train.epochs", overrides, params) in (None, "1"):
+        raise GspoError("train.minibatches=1 is on-policy: every ratio is 1, so GRPO and GSPO give the same gradient "
+                        "and their arms cannot differ; use train.minibatches=4 (the GSPO paper's) or train.epochs=2")
+    token_free = not any(o.split("=", 1)[0].lstrip("+").startswith(("algo.advantage", "algo.correction"))
+                         for o in [*overrides, *params])
+    if "gspo" in algos and "gspo_token" in algos and token_free:
+        kept = ",".join(a for a in algos if a != "gspo_token")
+        overrides = [o for o in overrides if o.split("=", 1)[0] != "algo"] + [f"algo={kept}"]
+        notes.append("GSPO-token left out: with one advantage per sequence (algo.advantage=group) it equals GSPO in "
+                     "value and gradient (GSPO paper, eqs. 13-14); sweep algo=gspo_token_step for per-token credit")
+    return overrides, notes
 
 
 def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, str] | None, *, resume: bool) -> str:
@@ -177,11 +210,36 @@ def _record(hc, record: dict) -> None:
 
 def _planned(hc) -> str | None:
     """This job's swept values as the sweep's plan names them (`algo=grpo seed=1`), if it has a plan."""
+    jobs = _plan_jobs(hc) or []
+    return jobs[hc.job.num] if hc.job.num < len(jobs) else None
+
+
+def job_progress(sweep_dir: Path, num: int, jobs: list | None) -> str:
+    """`job i/N` and an ETA for the jobs left (this one included) from the mean wall time of the sweep's jobs
+    that finished so far; with no plan (a search sweeper) `job i`."""
+    total = len(jobs) if jobs else None
+    head = f"sweep job {num + 1}/{total}" if total else f"sweep job {num + 1}"
+    spans = [j["ended"] - j["started"] for j in sweep_jobs(sweep_dir)
+             if j.get("outcome") == "finished" and j.get("ended") and j.get("started")]
+    if not total:
+        return head
+    if not spans:
+        return f"{head}, ETA after the first job"
+    per_job = sum(spans) / len(spans)
+    left = total - num
+    return f"{head}, ETA {_clock(per_job * left)} for the {left} left ({_clock(per_job)} per job over {len(spans)} done)"
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _plan_jobs(hc) -> list | None:
     try:
-        jobs = json.loads((Path(hc.sweep.dir) / SWEEP_PLAN).read_text()).get("jobs") or []
+        return json.loads((Path(hc.sweep.dir) / SWEEP_PLAN).read_text()).get("jobs") or None
     except (OSError, ValueError):
         return None
-    return jobs[hc.job.num] if hc.job.num < len(jobs) else None
 
 
 def _attempts(hc) -> list[dict]:
@@ -218,9 +276,10 @@ def _job(cfg: DictConfig) -> float:
         objective = cfg.objective or f"eval/{cfg.task.name}/accuracy"
         said = _planned(hc) or " ".join(hc.job.override_dirname.split(","))
         state = read_status(run_dir).get("status")
+        where = job_progress(Path(hc.sweep.dir), hc.job.num, _plan_jobs(hc))
         if state == "finished":  # a sweep run again: this job is done
             if main:
-                typer.echo(f"sweep job {hc.job.num}: {said} -> {run_dir} finished already, skipped", err=True)
+                typer.echo(f"{where}: {said} -> {run_dir} finished already, skipped", err=True)
             return run_value(load_run(run_dir), objective, "final")
         with open_dict(cfg):
             cfg.resume = (run_dir / "config.yaml").is_file()  # an earlier attempt's run, interrupted or died
@@ -228,7 +287,7 @@ def _job(cfg: DictConfig) -> float:
                   "attempts": _attempts(hc) if main else []}
         if main:
             _record(hc, record)
-            typer.echo(f"sweep job {hc.job.num}: {said} -> {run_dir}{f' (resuming: it was {state})' if cfg.resume else ''} "
+            typer.echo(f"{where}: {said} -> {run_dir}{f' (resuming: it was {state})' if cfg.resume else ''} "
                        f"(torch threads {torch.get_num_threads()})", err=True)
         try:
             train(cfg, log=lambda m: typer.echo(m, err=True))

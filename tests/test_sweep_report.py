@@ -61,7 +61,8 @@ def test_report_writes_every_file(report):
     md = (report / "report.md").read_text()
     for png in (p for p in names if p.endswith(".png")):
         assert f"]({png})" in md
-    assert "With 2 seeds in the smallest arm" in md and "| algo.name=gspo - algo.name=grpo |" in md
+    assert "With 2 seed(s) per arm the intervals say little: bands in the plots are the seeds' min-max" in md
+    assert "| GSPO - GRPO |" in md
     assert md.count("| finished | 2 | 2 |") == 4  # each run's status, step and configured steps
 
 
@@ -82,7 +83,7 @@ def test_summary_and_tables_equal_the_runs_own_metrics(report, sweep_dir):
         by_algo.setdefault(got["algo.name"], []).append(sum(clip) / len(clip))
     for algo, values in by_algo.items():  # the clip table's mean cell for each arm, as printed
         mean = sum(values) / len(values)
-        assert f"| algo.name={algo} | {fmt(mean)} |" in md
+        assert f"| {algo.upper()} | {fmt(mean)} |" in md
 
 
 def test_identical_seeds_collapse_the_interval(gspo, sweep_dir, tmp_path):
@@ -112,6 +113,37 @@ def test_page_renders_in_headless_chromium_with_every_image(report, tmp_path):
     dom = subprocess.run([BROWSER, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
                           page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
     assert f'data-images-loaded="{n_images}"' in dom and 'data-images-broken="0"' in dom
+
+
+def test_two_seed_report_of_a_real_sweep_keeps_bands_in_range_and_says_n_below_3(report, sweep_dir):
+    """Every band the report draws from the 2-seed sweep lies within its metric's valid range (the seeds'
+    min-max, never a t interval of 12.7 standard errors), and the page says so in words."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    from gspo.trainer.report.arms import group_arms
+    from gspo.trainer.report.plots import _panel, key_specs, plot_specs
+    from gspo.trainer.report.runs import load_runs
+    from gspo.trainer.report.tables import metric_info
+
+    runs, _ = load_runs([sweep_dir])
+    arms = group_arms(runs)
+    checked = 0
+    for spec in [*key_specs("arith"), *plot_specs("arith")]:
+        fig, ax = plt.subplots()
+        if _panel(ax, spec, arms, "step"):
+            lo, hi = metric_info(spec.metric).valid
+            logged = [float(v) for r in runs if spec.metric in r.metrics for v in r.metrics[spec.metric].dropna()]
+            for poly in (c for c in ax.collections if isinstance(c, PolyCollection)):
+                ys = np.concatenate([p.vertices[:, 1] for p in poly.get_paths()])
+                assert lo is None or ys.min() >= min(lo, *logged) - 1e-12, spec.metric
+                assert hi is None or ys.max() <= max(hi, *logged) + 1e-12, spec.metric
+                assert ys.min() >= min(logged) - 1e-12 and ys.max() <= max(logged) + 1e-12, spec.metric  # min-max
+                checked += 1
+        plt.close(fig)
+    assert checked >= 10
+    md = (report / "report.md").read_text()
+    assert "With 2 seed(s) per arm the intervals say little" in md and "not a 95% interval" in md
 
 
 def test_report_of_a_truncated_metrics_file_uses_whole_rows(gspo, sweep_dir, tmp_path):

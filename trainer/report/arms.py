@@ -4,6 +4,11 @@ A key joins the arm label when its value differs between runs and is not already
 before it (algo.name comes first, so GRPO's and GSPO's clip ranges, which follow from the algorithm,
 do not clutter the label). Bookkeeping keys (seed, run id, output folder, logging) never make arms.
 Runs on different tasks or models are not comparable: the report refuses them and names the key.
+
+Arm labels are short (GRPO, GSPO lr=0.0005): algorithm names as the papers write them, other keys by their
+last part; `legend_note` spells the keys out once. Comparisons (`pairs`) are made within strata: the first
+label key (the algorithm, when it differs) is compared at each value of the others, each arm against the
+first arm of its stratum (GSPO - GRPO at every learning rate of a learning-rate sweep).
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ REPLICATE_KEYS = ("seed",)
 BOOKKEEPING = ("run_id", "output_dir", "resume", "logger.", "eval.workers", "model.tiny.cache_dir")
 SEPARATE = ("model.name", "task.kind", "task.name", "task.dataset", "task.subset")
 FIRST = ("algo.name",)
+ALGO_NAMES = {"grpo": "GRPO", "gspo": "GSPO", "gspo_token": "GSPO-token", "dapo": "DAPO", "dr_grpo": "Dr. GRPO",
+              "gmpo": "GMPO", "cispo": "CISPO", "sapo": "SAPO"}
 
 
 @dataclass
 class Arm:
-    label: str  # "algo.name=grpo" (or "all runs" when nothing differs)
+    label: str  # "GRPO", "GSPO lr=0.0005" (or "all runs" when nothing differs)
     values: dict  # the label's keys and values
     runs: list[Run]
 
@@ -81,6 +88,42 @@ def group_arms(runs: list[Run]) -> list[Arm]:
     arms: dict[tuple, Arm] = {}
     for r in runs:
         values = {k: r.config.get(k) for k in keys}
-        label = " ".join(f"{k}={v}" for k, v in values.items()) or "all runs"
-        arms.setdefault(tuple(values.items()), Arm(label, values, [])).runs.append(r)
+        arms.setdefault(tuple(values.items()), Arm(short_label(values), values, [])).runs.append(r)
     return list(arms.values())
+
+
+def _value(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def short_label(values: dict) -> str:
+    """GRPO, GSPO-token, GSPO lr=0.0005, minibatches=8 ("all runs" when nothing differs)."""
+    parts = [ALGO_NAMES.get(str(v), str(v)) if k == "algo.name" else f"{k.rsplit('.', 1)[-1]}={_value(v)}"
+             for k, v in values.items()]
+    return " ".join(parts) or "all runs"
+
+
+def legend_note(keys: list[str]) -> str:
+    """What the short labels abbreviate: `lr = train.lr`; empty when the labels are algorithm names only."""
+    return ", ".join(f"{k.rsplit('.', 1)[-1]} = {k}" for k in keys if k != "algo.name" and "." in k)
+
+
+def numeric_keys(arms: list[Arm]) -> list[str]:
+    """Label keys whose values are numbers in every arm and take at least two values: a sensitivity sweep."""
+    keys = [k for k in (arms[0].values if arms else {}) if k != "algo.name"]
+    return [k for k in keys
+            if all(isinstance(a.values[k], (int, float)) and not isinstance(a.values[k], bool) for a in arms)
+            and len({a.values[k] for a in arms}) > 1]
+
+
+def pairs(arms: list[Arm]) -> list[tuple[Arm, Arm]]:
+    """(arm, its baseline): within each value of the other label keys, every arm against the stratum's first."""
+    if len(arms) < 2:
+        return []
+    first = next(iter(arms[0].values), None)
+    strata: dict[tuple, list[Arm]] = {}
+    for arm in arms:
+        rest = tuple((k, repr(v)) for k, v in arm.values.items() if k != first)
+        strata.setdefault(rest, []).append(arm)
+    out = [(arm, group[0]) for group in strata.values() for arm in group[1:]]
+    return out or [(arm, arms[0]) for arm in arms[1:]]

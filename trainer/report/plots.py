@@ -1,16 +1,22 @@
 """PNG plots of a report (matplotlib, Agg backend: no display needed).
 
-Each plot draws every arm in its own colour: each seed as a faint line, the mean across seeds as a solid
-line, and the 95% t interval across seeds as a band (no band where only one seed has a value); a dashed
-line marks the step where a run collapsed, if one did. The x axis
-is the step; for reward and held-out accuracy also the wall-clock time (the cumulative time/step_s of
-each run: training steps only, held-out evals left out) and the generated tokens (cumulative
-completion/len_mean x completions per step: training rollouts only). On those two axes the mean at a
-step is drawn at the mean x of the seeds at that step.
+Each arm has its own colour and line style (so arms that happen to be equal stay visible on top of each
+other): each seed a thin line in the arm's colour, the mean across seeds a thick line, and a band: the 95%
+t interval across seeds clipped to the metric's valid range from 3 seeds up, the seeds' min-max with 2
+(said in the legend), none with 1. A dashed line marks the step where a run collapsed. Step axes have
+integer ticks. The x axis is the step; for reward and held-out accuracy also the wall-clock time (the
+cumulative time/step_s of each run: training steps only, held-out evals left out) and the generated tokens
+(cumulative completion/len_mean x completions per step: training rollouts only). On those two axes the mean
+at a step is drawn at the mean x of the seeds at that step.
+
+Three figures lead the report: the forest plot (every headline difference with its interval, zero
+marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
+plot (final metric against that key, one line per algorithm, the share of seeds that collapsed marked).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,15 +24,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from gspo.trainer.progress import Progress
-from gspo.trainer.report.arms import Arm  # noqa: E402
+from gspo.trainer.progress import Progress  # noqa: E402
+from gspo.trainer.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
 from gspo.trainer.report.runs import Run  # noqa: E402
-from gspo.trainer.report.stats import mean_ci  # noqa: E402
+from gspo.trainer.report.stats import band, excludes_zero  # noqa: E402
+from gspo.trainer.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 
 X_LABELS = {"step": "step", "time": "wall-clock time (s)", "tokens": "generated tokens"}
+STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
+COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class PlotSpec:
     title: str
     log: bool = False
     axes: tuple[str, ...] = ("step",)
+    smooth: bool = False  # the key grid draws a moving average of the mean (the noisy training reward)
 
 
 def plot_specs(task: str) -> list[PlotSpec]:
@@ -51,6 +61,22 @@ def plot_specs(task: str) -> list[PlotSpec]:
         PlotSpec("optim/grad_norm", "grad norm (before clipping)"),
         PlotSpec("time/step_s", "seconds per step"),
     ]
+
+
+def key_specs(task: str) -> list[PlotSpec]:
+    """The grid's six curves: reward, held-out accuracy, clipped tokens (log), entropy, KL (log), length."""
+    return [
+        PlotSpec("reward/mean", "training reward", smooth=True),
+        PlotSpec(f"eval/{task}/accuracy", "held-out accuracy (sampled)"),
+        PlotSpec("clip/token_frac", "clipped-token fraction (log)", log=True),
+        PlotSpec("policy/entropy", "entropy (nats per token)"),
+        PlotSpec("policy/kl_old", "KL to the old policy (k3, log)", log=True),
+        PlotSpec("completion/len_mean", "response length (tokens)"),
+    ]
+
+
+def style(i: int) -> dict:
+    return {"color": COLORS[i % len(COLORS)], "linestyle": STYLES[i % len(STYLES)]}
 
 
 def _x(run: Run, axis: str) -> pd.Series:
@@ -73,31 +99,42 @@ def _curves(arm: Arm, metric: str, axis: str) -> tuple[pd.DataFrame, pd.DataFram
     return pd.DataFrame(ys), pd.DataFrame(xs)
 
 
-def _draw_arm(ax, arm: Arm, metric: str, axis: str, color, floor: float | None = None) -> bool:
-    """One arm's seeds, mean and band; with `floor` (a log axis) the band's lower edge stops there
-    instead of running below zero, which a log axis cannot show."""
+def _draw_arm(ax, arm: Arm, metric: str, axis: str, i: int, valid=(None, None), floor: float | None = None,
+              smooth: int = 0, label: bool = True) -> bool:
+    """One arm's seeds, mean and band; with `floor` (a log axis) the band's lower edge stops there instead
+    of running below zero, which a log axis cannot show; `smooth` > 1: the mean as a moving average."""
     ys, xs = _curves(arm, metric, axis)
     if ys.empty or xs.isna().all().all():
         return False
+    st = style(i)
     for run_id in ys:
-        ax.plot(xs[run_id], ys[run_id], color=color, alpha=0.25, linewidth=0.8)
-    cis = [mean_ci(list(row)) for _, row in ys.iterrows()]
+        ax.plot(xs[run_id], ys[run_id], color=st["color"], alpha=0.5, linewidth=0.7, linestyle=st["linestyle"])
+    bands = [band(list(row), valid) for _, row in ys.iterrows()]
     x = xs.mean(axis=1)
-    ax.plot(x, [c.mean for c in cis], color=color, linewidth=2, label=f"{arm.label} (n={len(arm.runs)})")
-    low = [c.low if floor is None else max(c.low, floor) for c in cis]
-    ax.fill_between(x, low, [c.high for c in cis], color=color, alpha=0.2, linewidth=0)
-    _mark_collapses(ax, arm, axis, color)
+    mean = pd.Series([b.mean for b in bands], index=ys.index)
+    how = {b.how for b in bands if b.n >= 2}
+    note = " min-max" if "min-max" in how else ""
+    name = f"{arm.label} (n={len(arm.runs)}{note})" if label else None
+    if smooth > 1:
+        ax.plot(x, mean, color=st["color"], alpha=0.5, linewidth=1, linestyle=st["linestyle"])
+        ax.plot(x, mean.rolling(smooth, min_periods=1).mean(), linewidth=2.2, label=name, **st)
+    else:
+        ax.plot(x, mean, linewidth=2, label=name, **st)
+    low = [b.low if floor is None or math.isnan(b.low) else max(b.low, floor) for b in bands]
+    ax.fill_between(x, low, [b.high for b in bands], color=st["color"], alpha=0.15, linewidth=0)
+    _mark_collapses(ax, arm, axis, st["color"], label)
     return True
 
 
-def _mark_collapses(ax, arm: Arm, axis: str, color) -> None:
+def _mark_collapses(ax, arm: Arm, axis: str, color, label: bool = True) -> None:
     """A dashed line at the step where a run collapsed (run.json `collapsed`, trainer/collapse.py)."""
     for r in arm.runs:
         step = (r.status.get("collapsed") or {}).get("step")
         x = _x(r, axis) if step is not None else None
         if x is not None and step in x.index:
+            first = label and "a run collapsed" not in ax.get_legend_handles_labels()[1]
             ax.axvline(float(x[step]), color=color, linestyle="--", linewidth=1, alpha=0.7,
-                       label=f"collapse ({r.run_id}, step {step})")
+                       label="a run collapsed" if first else None)
 
 
 def _log_floor(arms: list[Arm], metric: str) -> float | None:
@@ -107,24 +144,152 @@ def _log_floor(arms: list[Arm], metric: str) -> float | None:
     return min(positive) / 2 if positive else None
 
 
+def _panel(ax, spec: PlotSpec, arms: list[Arm], axis: str, smooth: int = 0, label: bool = True) -> bool:
+    runs = [r for a in arms for r in a.runs]
+    floor = _log_floor(arms, spec.metric) if spec.log else None
+    valid = valid_range(spec.metric, runs)
+    drawn = [_draw_arm(ax, arm, spec.metric, axis, i, valid, floor, smooth if spec.smooth else 0, label)
+             for i, arm in enumerate(arms)]
+    if not any(drawn):
+        return False
+    log = spec.log and floor is not None
+    if log:  # zeros (no clipping at all) cannot be drawn on a log axis: then the axis stays linear
+        ax.set_yscale("log")
+    if axis == "step":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    return True
+
+
 def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
     """Write one PNG; False (and nothing written) when no run logged this metric on this axis."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    floor = _log_floor(arms, spec.metric) if spec.log else None
-    drawn = [_draw_arm(ax, arm, spec.metric, axis, colors[i % len(colors)], floor) for i, arm in enumerate(arms)]
-    if any(drawn):
-        log = spec.log and any((np.asarray(line.get_ydata(), dtype=float) > 0).any() for line in ax.lines)
-        if log:  # zeros (no clipping at all) cannot be drawn on a log axis: then the axis stays linear
-            ax.set_yscale("log")
+    drawn = _panel(ax, spec, arms, axis)
+    if drawn:
+        log = ax.get_yscale() == "log"
         ax.set(title=f"{spec.title} by {X_LABELS[axis]}", xlabel=X_LABELS[axis],
                ylabel=spec.metric + (" (log scale)" if log else ""))
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out)
+    plt.close(fig)
+    return drawn
+
+
+def key_grid(arms: list[Arm], task: str, out: Path, smooth: int = 5) -> bool:
+    """The six key curves by step, three per row, one legend for all; False when none could be drawn."""
+    specs = key_specs(task)
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.4), dpi=90)
+    drawn = []
+    for k, (spec, ax) in enumerate(zip(specs, axes.flat, strict=True)):
+        ok = _panel(ax, spec, arms, "step", smooth, label=k == 0)
+        if ok:
+            note = f" ({smooth}-step moving average)" if spec.smooth and smooth > 1 else ""
+            ax.set_title(spec.title + note, fontsize=10)
+            ax.set_xlabel("step", fontsize=9)
+        else:
+            ax.set_axis_off()
+        drawn.append(ok)
+    if any(drawn):
+        handles, labels = axes.flat[drawn.index(True)].get_legend_handles_labels()
+        note = legend_note(list(arms[0].values)) if arms else ""
+        fig.legend(handles, labels, loc="lower center", ncol=min(6, max(1, len(labels))), fontsize=8,
+                   title=note or None, title_fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 7), 1, 1))
+        fig.savefig(out)
+    plt.close(fig)
+    return any(drawn)
+
+
+def forest(diffs: list[Difference], out: Path) -> bool:
+    """One row per difference (an arm minus its baseline on one headline metric): the point, its 95%
+    interval, zero marked; each row on its own scale (the metrics have different units)."""
+    rows = [d for d in diffs if not math.isnan(d.ci.mean)]
+    if not rows:
+        return False
+    fig, axes = plt.subplots(len(rows), 1, figsize=(10, 0.55 * len(rows) + 0.7), dpi=90, squeeze=False)
+    for ax, d in zip(axes[:, 0], rows, strict=True):
+        has_ci = not math.isnan(d.ci.low)
+        resolved = excludes_zero(d.ci)
+        color = "#1f77b4" if resolved else "#777777"
+        if has_ci:
+            ax.plot([d.ci.low, d.ci.high], [0, 0], color=color, linewidth=2.5, solid_capstyle="butt")
+        ax.plot([d.ci.mean], [0], "o", color=color, markersize=6)
+        ax.axvline(0, color="#c00", linewidth=1)
+        lo, hi = (min(d.ci.low, 0), max(d.ci.high, 0)) if has_ci else (min(d.ci.mean, 0), max(d.ci.mean, 0))
+        pad = (hi - lo) * 0.08 or abs(d.ci.mean) * 0.5 or 1e-3
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_yticks([])
+        for side in ("left", "right", "top"):
+            ax.spines[side].set_visible(False)
+        ax.tick_params(axis="x", labelsize=7, pad=1)
+        seeds = "" if resolved or d.seeds is None else f"; ~{d.seeds} seeds/arm"
+        ax.text(-0.01, 0.5, f"{d.head.info.label}: {d.arm.label} - {d.base.label}", transform=ax.transAxes,
+                ha="right", va="center", fontsize=9)
+        ax.text(1.01, 0.5, ("resolved" if resolved else "not resolved") + f" (n={d.ci.n}{seeds})",
+                transform=ax.transAxes, ha="left", va="center", fontsize=8, color=color)
+    fig.suptitle("Difference to the baseline with its 95% interval (red line: no difference)", fontsize=10)
+    fig.subplots_adjust(left=0.36, right=0.76, top=1 - 0.45 / fig.get_figheight(), bottom=0.35 / fig.get_figheight(),
+                        hspace=1.1)
+    fig.savefig(out)
+    plt.close(fig)
+    return True
+
+
+def collapsed(run: Run) -> bool:
+    return bool(run.status.get("collapsed"))
+
+
+def sensitivity(arms: list[Arm], key: str, head: Headline, out: Path) -> bool:
+    """`head`'s value per run against the numeric `key`, one line per algorithm (mean, band across seeds,
+    each seed a dot; a cross for a seed that collapsed), log x for a learning rate."""
+    by_algo: dict[str, list[Arm]] = {}
+    for arm in arms:
+        by_algo.setdefault(str(arm.values.get("algo.name", "all")), []).append(arm)
+    runs = [r for a in arms for r in a.runs]
+    valid = valid_range(head.metric, runs)
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=90)
+    drawn = False
+    for i, (algo, group) in enumerate(by_algo.items()):
+        group = sorted(group, key=lambda a: a.values[key])
+        xs = [float(a.values[key]) for a in group]
+        values = [arm_values(a, head) for a in group]
+        if all(all(math.isnan(v) for v in vs) for vs in values):
+            continue
+        drawn = True
+        st = style(i)
+        bands = [band(vs, valid) for vs in values]
+        name = ALGO_NAMES.get(algo, algo)
+        how = " (min-max of 2 seeds)" if any(b.how == "min-max" for b in bands) else ""
+        ax.plot(xs, [b.mean for b in bands], marker="o", linewidth=2, label=f"{name}{how}", **st)
+        ax.fill_between(xs, [b.low for b in bands], [b.high for b in bands], color=st["color"], alpha=0.15, linewidth=0)
+        for x, a, b in zip(xs, group, bands, strict=True):
+            k = sum(collapsed(r) for r in a.runs)
+            if k:
+                ax.annotate(f"{k}/{len(a.runs)} collapsed", (x, b.mean), textcoords="offset points",
+                            xytext=(6, 8 - 16 * i), fontsize=8, color=st["color"])
+            for r in a.runs:
+                v = arm_values(Arm(a.label, a.values, [r]), head)[0]
+                ax.plot([x], [v], "x" if collapsed(r) else ".", color=st["color"], alpha=0.7,
+                        markersize=7 if collapsed(r) else 5)
+    if drawn:
+        if key.endswith("lr") or all(float(a.values[key]) > 0 for a in arms) and \
+                max(float(a.values[key]) for a in arms) / min(float(a.values[key]) for a in arms) >= 10:
+            ax.set_xscale("log")
+            ticks = sorted({float(a.values[key]) for a in arms})
+            ax.set_xticks(ticks, [f"{t:.3g}" for t in ticks])
+            ax.minorticks_off()
+        elif all(float(a.values[key]).is_integer() for a in arms):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set(xlabel=key, ylabel=f"{head.info.label} ({head.reduce})",
+               title=f"{head.info.label} ({head.reduce}) against {key}: mean, band across seeds; x = a seed that collapsed")
+        ax.title.set_fontsize(10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out)
     plt.close(fig)
-    return any(drawn)
+    return drawn
 
 
 def write_plots(arms: list[Arm], task: str, out_dir: Path, progress: bool = False) -> list[tuple[str, Path]]:
@@ -138,3 +303,4 @@ def write_plots(arms: list[Arm], task: str, out_dir: Path, progress: bool = Fals
                 written.append((f"{spec.title} by {X_LABELS[axis]}", path))
             bar.advance()
     return written
+

@@ -1,5 +1,10 @@
 """The numbers of a report: one value per run per headline metric, arm tables with 95% intervals, the
-differences between arms, and summary.csv (one row per run)."""
+differences between arms (with seeds needed), and summary.csv (one row per run).
+
+METRICS is this file's one table of what each metric is: its short label, its valid range (bands and
+intervals are clipped to it) and its kind: a `score` (higher is better), a `mechanism` (what the algorithm
+does: clip fractions, KL, entropy, length; described, never called a win or a loss) or a `cost`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,61 @@ import pandas as pd
 
 from gspo.trainer.report.arms import Arm
 from gspo.trainer.report.runs import Run
-from gspo.trainer.report.stats import diff_ci, mean_ci
+from gspo.trainer.report.stats import (
+    Interval,
+    clip_to,
+    diff_ci,
+    excludes_zero,
+    iqm,
+    mean_ci,
+    prob_improvement,
+    seeds_needed,
+)
+
+SCORE, MECHANISM, COST = "score", "mechanism", "cost"
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    label: str  # short, for headlines and axes
+    valid: tuple[float | None, float | None]  # the range a value can take (None: unbounded)
+    kind: str  # SCORE, MECHANISM or COST
+
+
+# eval/<bench>/accuracy* are matched by their suffix (eval_info); reward/mean's range widens to what the runs
+# logged (a shaped reward can go below 0)
+METRICS = {
+    "accuracy": MetricInfo("held-out accuracy", (0.0, 1.0), SCORE),
+    "accuracy_greedy": MetricInfo("held-out accuracy (greedy)", (0.0, 1.0), SCORE),
+    "reward/mean": MetricInfo("training reward", (0.0, 1.0), SCORE),
+    "clip/token_frac": MetricInfo("clipped tokens", (0.0, 1.0), MECHANISM),
+    "clip/seq_frac": MetricInfo("clipped sequences", (0.0, 1.0), MECHANISM),
+    "completion/len_mean": MetricInfo("response length", (0.0, None), MECHANISM),
+    "policy/entropy": MetricInfo("entropy", (0.0, None), MECHANISM),
+    "policy/kl_old": MetricInfo("KL to the old policy", (0.0, None), MECHANISM),
+    "optim/grad_norm": MetricInfo("grad norm", (0.0, None), MECHANISM),
+    "time/step_s": MetricInfo("seconds per step", (0.0, None), COST),
+}
+
+
+def metric_info(metric: str) -> MetricInfo:
+    if metric in METRICS:
+        return METRICS[metric]
+    tail = metric.rsplit("/", 1)[-1]
+    if metric.startswith("eval/") and tail in METRICS:
+        return METRICS[tail]
+    return MetricInfo(metric, (None, None), MECHANISM)
+
+
+def valid_range(metric: str, runs: list[Run]) -> tuple[float | None, float | None]:
+    """The metric's declared range, widened to any value the runs actually logged."""
+    lo, hi = metric_info(metric).valid
+    values = [float(v) for r in runs if metric in r.metrics for v in r.metrics[metric].dropna()]
+    if values and lo is not None:
+        lo = min(lo, min(values))
+    if values and hi is not None:
+        hi = max(hi, max(values))
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -19,6 +78,10 @@ class Headline:
     reduce: str  # "final": the last logged value; "mean": the mean over training steps (step >= 1)
     title: str
     higher_is_better: bool | None = None  # None: no "best" (a diagnostic, not a score)
+
+    @property
+    def info(self) -> MetricInfo:
+        return metric_info(self.metric)
 
 
 def headlines(task: str) -> list[Headline]:
@@ -48,24 +111,60 @@ def run_value(run: Run, metric: str, reduce: str) -> float:
     return float(s.iloc[-1]) if reduce == "final" else float(s.mean()) if reduce == "mean" else float(s.max())
 
 
-def arm_table(arms: list[Arm], h: Headline) -> pd.DataFrame:
-    """One row per arm: mean, 95% CI and n of the runs' values."""
+def arm_table(arms: list[Arm], h: Headline, valid: tuple[float | None, float | None] | None = None) -> pd.DataFrame:
+    """One row per arm: mean, 95% CI (cut to `valid`, default the metric's declared range) and n of the runs'
+    values; `how` says whether the interval was cut."""
+    valid = valid if valid is not None else h.info.valid
     rows = []
     for arm in arms:
-        ci = mean_ci([run_value(r, h.metric, h.reduce) for r in arm.runs])
-        rows.append({"arm": arm.label, "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "n": ci.n})
+        ci = clip_to(mean_ci(arm_values(arm, h)), valid)
+        rows.append({"arm": arm.label, "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "n": ci.n,
+                     "how": ci.how if ci.n >= 2 else "-", "IQM": iqm(arm_values(arm, h))})
     return pd.DataFrame(rows)
 
 
-def diff_table(arms: list[Arm], h: Headline) -> pd.DataFrame:
-    """Each arm minus the first (the baseline), with Welch's 95% interval."""
-    base = [run_value(r, h.metric, h.reduce) for r in arms[0].runs]
+def arm_values(arm: Arm, h: Headline) -> list[float]:
+    return [run_value(r, h.metric, h.reduce) for r in arm.runs]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One arm against its baseline on one headline metric."""
+    head: Headline
+    arm: Arm
+    base: Arm
+    ci: Interval  # Welch's 95% interval of mean(arm) - mean(base)
+    arm_mean: float
+    base_mean: float
+    seeds: int | None  # seeds per arm for 80% power at the observed difference and variance
+    p_better: float  # rliable's probability of improvement, P(arm's seed > base's seed)
+
+    @property
+    def ratio(self) -> float:
+        return self.arm_mean / self.base_mean if self.base_mean else math.nan
+
+
+def difference(h: Headline, arm: Arm, base: Arm) -> Difference:
+    a, b = arm_values(arm, h), arm_values(base, h)
+    lo, hi = h.info.valid
+    ci = diff_ci(a, b)
+    if lo is not None and hi is not None:  # a difference of two values in [lo, hi] lies in [lo - hi, hi - lo]
+        ci = clip_to(ci, (lo - hi, hi - lo))
+    return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds_needed(a, b), prob_improvement(a, b))
+
+
+def diff_table(arms: list[Arm], h: Headline, pairs: list[tuple[Arm, Arm]] | None = None) -> pd.DataFrame:
+    """Each arm minus its baseline (default: the first arm), with Welch's 95% interval and the seeds per arm
+    that would resolve a difference of this size at 80% power."""
+    pairs = pairs if pairs is not None else [(arm, arms[0]) for arm in arms[1:]]
     rows = []
-    for arm in arms[1:]:
-        ci = diff_ci([run_value(r, h.metric, h.reduce) for r in arm.runs], base)
-        rows.append({"difference": f"{arm.label} - {arms[0].label}", "mean": ci.mean, "ci_low": ci.low,
-                     "ci_high": ci.high, "n": ci.n})
-    return pd.DataFrame(rows, columns=["difference", "mean", "ci_low", "ci_high", "n"])
+    for arm, base in pairs:
+        d = difference(h, arm, base)
+        rows.append({"difference": f"{arm.label} - {base.label}", "mean": d.ci.mean, "ci_low": d.ci.low,
+                     "ci_high": d.ci.high, "n": d.ci.n, "seeds needed (80% power)": d.seeds,
+                     "P(better)": d.p_better})
+    return pd.DataFrame(rows, columns=["difference", "mean", "ci_low", "ci_high", "n", "seeds needed (80% power)",
+                                       "P(better)"])
 
 
 def status_table(arms: list[Arm]) -> pd.DataFrame:
@@ -75,18 +174,32 @@ def status_table(arms: list[Arm]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary_frame(arms: list[Arm], keys: list[str], heads: list[Headline]) -> pd.DataFrame:
-    """summary.csv: identifiers, the differing config keys, then final (and best, mean) per headline metric."""
+def summary_frame(arms: list[Arm], keys: list[str], heads: list[Headline],
+                  compared: list[tuple[Arm, Arm]] = ()) -> pd.DataFrame:
+    """summary.csv: identifiers, the differing config keys, whether the run collapsed, then final (and best,
+    mean) per headline metric; for a run of an arm compared with a baseline (`compared`), its arm's
+    difference on each headline metric (as reduced in the report), its 95% interval and the seeds per arm
+    that would resolve it at 80% power (empty where it is resolved)."""
+    base_of = {id(arm): base for arm, base in compared}
     rows = []
     for arm in arms:
+        diffs = {h.metric: difference(h, arm, base_of[id(arm)]) for h in heads} if id(arm) in base_of else {}
         for r in arm.runs:
             row = {"run_id": r.run_id, "path": str(r.path), "arm": arm.label, "seed": r.config.get("seed"),
-                   "status": r.status.get("status", "unknown"), "step": r.last_step}
+                   "status": r.status.get("status", "unknown"), "step": r.last_step,
+                   "collapsed_step": (r.status.get("collapsed") or {}).get("step")}
             row |= {k: r.config.get(k) for k in keys}
+            row["baseline"] = base_of[id(arm)].label if diffs else None
             for h in heads:
                 row[f"{h.metric} final"] = run_value(r, h.metric, "final")
                 if h.higher_is_better:
                     row[f"{h.metric} best"] = run_value(r, h.metric, "max")
                 row[f"{h.metric} mean"] = run_value(r, h.metric, "mean")
+                d = diffs.get(h.metric)
+                resolved = d is not None and excludes_zero(d.ci)
+                row[f"{h.metric} {h.reduce} diff"] = d.ci.mean if d else None
+                row[f"{h.metric} diff ci_low"] = d.ci.low if d else None
+                row[f"{h.metric} diff ci_high"] = d.ci.high if d else None
+                row[f"{h.metric} seeds_needed"] = d.seeds if d and not resolved else None
             rows.append(row)
     return pd.DataFrame(rows)

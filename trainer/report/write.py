@@ -1,121 +1,255 @@
 """`gspo report`: read runs, group them into arms, write plots, report.md, report.html and summary.csv.
 
+The page gives the answer first: a title naming the experiment, one verdict line per comparison in plain
+words (the difference, its 95% interval, resolved or not, and for one not resolved the seeds per arm that
+would resolve a difference that large), the forest plot of those differences, the grid of key curves, and
+for a sweep over a numeric key the sensitivity plot with the share of seeds that collapsed at each value.
+Then the experiment's defining settings and what differs between arms (every other setting folded away),
+the tables, the runs, and every plot.
+
 Everything is checked before anything is written: a bad path, no runs, or runs on different tasks or
 models stop the report with one error and leave the output folder untouched.
 """
 
 from __future__ import annotations
 
+import math
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from gspo.trainer.report.arms import Arm, group_arms, label_keys, shared_config
+from gspo.trainer.report.arms import (
+    Arm,
+    differing_keys,
+    group_arms,
+    label_keys,
+    legend_note,
+    numeric_keys,
+    pairs,
+    shared_config,
+)
 from gspo.trainer.report.page import Block, fmt, to_html, to_markdown
-from gspo.trainer.report.plots import write_plots
+from gspo.trainer.report.plots import collapsed, forest, key_grid, sensitivity, write_plots
 from gspo.trainer.report.runs import Run, load_runs, unread_steps
-from gspo.trainer.report.stats import Interval, excludes_zero
-from gspo.trainer.report.tables import Headline, arm_table, diff_table, headlines, status_table, summary_frame
+from gspo.trainer.report.stats import excludes_zero, mean_ci, zero_width
+from gspo.trainer.report.tables import (
+    MECHANISM,
+    SCORE,
+    Difference,
+    Headline,
+    arm_table,
+    arm_values,
+    diff_table,
+    difference,
+    headlines,
+    status_table,
+    summary_frame,
+    valid_range,
+)
 from gspo.trainer.report.tracker import log_report, report_wandb_mode
 from gspo.trainer.rundir import STATUS_UNREADABLE
 
-
+# the settings that define an experiment, shown above the fold (what differs between arms is shown too)
+DEFINING = ("model.name", "task.name", "train.steps", "train.prompts_per_step", "train.group_size",
+            "train.minibatches", "train.epochs", "train.lr", "algo.clip_low", "algo.clip_high",
+            "rollout.max_new_tokens", "task.eval_size", "rollout.temperature")
+VERDICT_REDUCE = 2  # with more comparisons than this, the verdict keeps to the first headline metric
 @dataclass
 class Report:
     out_dir: Path
-    headline: pd.DataFrame  # the first headline metric's arm table (what `gspo compare` prints)
+    headline: pd.DataFrame  # the first headline metric's arm table
     headline_title: str
     files: list[Path]
     notes: list[str]  # what the report left out or could not use, also written into the report
     wandb_note: str | None = None  # where the report's offline W&B run is and the `wandb sync` command
+    verdict: list[str] = field(default_factory=list)  # the page's opening lines (what `gspo compare` prints)
 
 
-def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False) -> Report:
+def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False,
+                 smooth: int = 5) -> Report:
     """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
-    bar over the plots, the long part."""
+    bar over the plots, the long part; `smooth`: the moving-average window of the training reward in the
+    key curves (0 or 1: none)."""
     runs, notes = load_runs(paths)
     arms = group_arms(runs)
     task = runs[0].config.get("task.name", "arith")
     heads = [h for h in headlines(task) if any(h.metric in r.metrics for r in runs)]
     keys = label_keys(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
+    compared = pairs(arms)
+    diffs = {h.metric: [difference(h, a, b) for a, b in compared] for h in heads}
+    chosen = _verdict_heads(heads, compared)
+    verdict = _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
+    front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys)),
+                          Block("list", items=tuple(verdict), id="verdict")]
+    front_files = []
+    if forest([d for h in chosen for d in diffs[h.metric]], out_dir / "forest.png"):
+        front.append(Block("img", "forest plot: each difference to the baseline with its 95% interval",
+                           image=out_dir / "forest.png", id="forest"))
+        front_files.append(out_dir / "forest.png")
+    if key_grid(arms, task, out_dir / "key_curves.png", smooth):
+        front += [Block("h2", "Key curves"), Block("img", "key curves by step", image=out_dir / "key_curves.png",
+                                                   id="curves")]
+        front_files.append(out_dir / "key_curves.png")
+    for key in numeric_keys(arms):
+        front += _sensitivity(arms, key, heads, out_dir, front_files)
     plots = write_plots(arms, task, out_dir, progress)
     notes = _notes(runs, notes)
-    blocks = _setup(runs, arms, keys, command) + _results(arms, heads)
+    blocks = front + _setup(runs, arms, keys, command) + _results(arms, heads, compared)
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
     blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
-    summary = summary_frame(arms, keys, heads)
+    summary = summary_frame(arms, keys, heads, compared)
     summary.to_csv(out_dir / "summary.csv", index=False)
     mode = report_wandb_mode(wandb, runs)
-    wandb_note = log_report(mode, runs, out_dir, plots, summary) if mode != "disabled" else None
-    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *(p for _, p in plots)]
+    all_plots = [(p.stem.replace("_", " "), p) for p in front_files] + plots
+    wandb_note = log_report(mode, runs, out_dir, all_plots, summary) if mode != "disabled" else None
+    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *front_files,
+             *(p for _, p in plots)]
     first = heads[0] if heads else None
-    table = arm_table(arms, first) if first else pd.DataFrame()
-    return Report(out_dir, table, first.title if first else "", files, notes, wandb_note)
+    table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
+    return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
+
+
+def _title(runs: list[Run], arms: list[Arm], task: str) -> str:
+    model = runs[0].config.get("model.name", "?")
+    names = ", ".join(a.label for a in arms[:6]) + (f" and {len(arms) - 6} more" if len(arms) > 6 else "")
+    return f"gspo report: {names} on {task} ({model})"
+
+
+def _experiment(runs: list[Run], arms: list[Arm], keys: list[str]) -> str:
+    seeds = sorted({len(a.runs) for a in arms})
+    n = "-".join(map(str, seeds))
+    steps = sorted({r.config.get("train.steps") for r in runs}, key=str)
+    note = legend_note(keys)
+    return (f"{len(runs)} runs: {len(arms)} arms x {n} seed(s), {', '.join(map(str, steps))} steps"
+            + (f"; {note}" if note else "") + ". Differences are each arm minus its baseline (the first arm "
+            "of its group), mean over seeds with Welch's 95% interval; resolved = the interval excludes zero.")
+
+
+def _verdict_heads(heads: list[Headline], compared: list) -> list[Headline]:
+    wanted = [h for h in heads if h.info.kind in (SCORE, MECHANISM) and h.metric.split("/")[0] in ("eval", "reward", "clip")
+              and not h.metric.endswith("seq_frac")]
+    return wanted[:1] if len(compared) > VERDICT_REDUCE else wanted
+
+
+def _signed(v: float) -> str:
+    return f"{v:+.3g}" if not math.isnan(v) else "-"
+
+
+def verdict_line(d: Difference) -> str:
+    """One comparison in plain words: what the arm's value is against its baseline, how sure, and (not
+    resolved) the seeds per arm that would resolve a difference this large at 80% power."""
+    label, ci, n = d.head.info.label, d.ci, d.ci.n
+    if d.head.info.kind == SCORE:
+        what, pre = f"{label}: {d.arm.label} - {d.base.label} = {_signed(ci.mean)}", ""
+    else:
+        ratio = f"{d.ratio:.3g}x; " if d.base_mean and not math.isnan(d.ratio) else ""
+        what = f"{label}: {d.arm.label} {fmt(d.arm_mean)} vs {d.base.label} {fmt(d.base_mean)}"
+        pre = f"{ratio}difference {_signed(ci.mean)}, "
+    if n < 2:
+        return f"{what} ({pre}one seed per arm: no interval, no claim either way)"
+    if zero_width(ci):
+        return (f"{what} ({pre}{n} seeds): the seeds tied exactly, so the interval has zero width; a tie of "
+                f"{n} seeds is not certainty, run more seeds")
+    ci_text = f"{pre}95% CI {_signed(ci.low)} to {_signed(ci.high)}, {n} seeds"
+    small = "; only 2 seeds, so the interval is wide and rests on one pair" if n == 2 else ""
+    if excludes_zero(ci):
+        side = "higher" if ci.mean > 0 else "lower"
+        tail = f"resolved ({d.arm.label} {side}" + (")" if d.head.info.kind == SCORE else ", a difference in mechanism, not a score)")
+        return f"{what} ({ci_text}): {tail}{small}"
+    seeds = (f"; about {d.seeds} seeds per arm would resolve a difference this large" if d.seeds
+             else "; no seed count resolves a difference this small" if d.seeds is None and ci.mean != 0 else "")
+    return f"{what} ({ci_text}): not resolved{seeds}{small}"
+
+
+def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:
+    if len(arms) < 2:
+        return [f"One arm ({len(arms[0].runs)} runs): nothing to compare; the tables give each metric's spread "
+                "across seeds."]
+    lines = [verdict_line(d) for d in diffs]
+    n = min(len(a.runs) for a in arms)
+    if n < 3:
+        lines.append(f"With {n} seed(s) per arm the intervals say little: bands in the plots are the seeds' min-max, "
+                     "not a 95% interval; run seed=0,1,2 (or more) before drawing a conclusion.")
+    broke = [r for a in arms for r in a.runs if collapsed(r)]
+    if broke:
+        lines.append(f"{len(broke)} of {sum(len(a.runs) for a in arms)} runs collapsed (see the collapse table "
+                     "and the dashed lines in the curves).")
+    return lines
+
+
+def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path, files: list[Path]) -> list[Block]:
+    """The final score against `key`, and the share of seeds that collapsed at each value."""
+    blocks = [Block("h2", f"Sensitivity to {key}")]
+    for h in [h for h in heads if h.info.kind == SCORE][:2]:
+        path = out_dir / f"sensitivity_{key.replace('.', '_')}_{h.metric.replace('/', '_')}.png"
+        if sensitivity(arms, key, h, path):
+            blocks.append(Block("img", f"{h.info.label} against {key}", image=path, id=f"sensitivity-{len(files)}"))
+            files.append(path)
+    rows = []
+    score = next((h for h in heads if h.info.kind == SCORE), None)
+    for arm in sorted(arms, key=lambda a: (str(a.values.get("algo.name", "")), a.values[key])):
+        row = {"arm": arm.label, key: arm.values[key], "seeds": len(arm.runs),
+               "collapsed": f"{sum(collapsed(r) for r in arm.runs)}/{len(arm.runs)}",
+               "first collapse step": min([r.status["collapsed"].get("step") for r in arm.runs if collapsed(r)],
+                                          default=None)}
+        if score:
+            row[f"{score.info.label} (final, mean)"] = mean_ci(arm_values(arm, score)).mean
+        rows.append(row)
+    blocks += [Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
+                          "moving average or held-out accuracy fell far below its best, or entropy or length broke "
+                          "down; trainer/collapse.py)."), Block("table", table=pd.DataFrame(rows), id="collapse")]
+    return blocks
 
 
 def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> list[Block]:
     hosts = sorted({f"{r.status.get('host', '?')} ({r.status.get('cpus', '?')} CPUs, {r.status.get('platform', '?')}, torch "
                     f"{r.status.get('versions', {}).get('torch', '?')}, device {r.config.get('device')})" for r in runs})
     shared = shared_config(runs)
-    arms_df = pd.DataFrame([{"arm": a.label, "seeds": ", ".join(map(str, a.seeds)), "runs": len(a.runs)} for a in arms])
-    blocks = [Block("h1", "gspo report"), Block("h2", "Setup")]
+    differ = differing_keys(runs)  # the label's keys and those they imply (each algorithm's clip range)
+    arms_df = pd.DataFrame([{"arm": a.label, **{k: a.runs[0].config.get(k) for k in differ},
+                             "seeds": ", ".join(map(str, a.seeds)), "runs": len(a.runs)} for a in arms])
+    defining = {k: shared[k] for k in DEFINING if k in shared}
+    rest = {k: v for k, v in shared.items() if k not in defining}
+    blocks = [Block("h2", "Setup")]
     if command:
         blocks.append(Block("pre", command))
     blocks += [
-        Block("p", f"{len(runs)} runs in {len(arms)} arms. Arms differ in: {', '.join(keys) or 'nothing (one arm)'}; "
-                   "seeds are replicates. Machine(s): " + "; ".join(hosts) + f". Report written on {platform.node()}."),
+        Block("p", f"{len(runs)} runs in {len(arms)} arms. Arms differ in: {', '.join(keys) or 'nothing (one arm)'}"
+                   + (f" (and what follows from it: {', '.join(k for k in differ if k not in keys)})"
+                      if set(differ) - set(keys) else "") + "; seeds are replicates. Machine(s): " + "; ".join(hosts) + f". Report written on {platform.node()}."),
         Block("table", table=arms_df),
-        Block("p", "Shared config (every run has these values):"),
-        Block("table", table=pd.DataFrame({"key": list(shared), "value": [str(v) for v in shared.values()]})),
+        Block("p", "The settings that define the experiment (every run has these values):"),
+        Block("table", table=pd.DataFrame({"key": list(defining), "value": [str(v) for v in defining.values()]})),
+        Block("details", f"Every other shared setting ({len(rest)} keys)",
+              table=pd.DataFrame({"key": list(rest), "value": [str(v) for v in rest.values()]})),
     ]
     return blocks
 
 
-def _ci_text(ci: Interval) -> str:
-    if ci.n < 2:
-        return f"{fmt(ci.mean)} (n={ci.n}: no interval from one seed)"
-    return f"{fmt(ci.mean)} (95% CI {fmt(ci.low)} to {fmt(ci.high)}, n={ci.n})"
-
-
-def _results(arms: list[Arm], heads: list[Headline]) -> list[Block]:
-    blocks = [Block("h2", "Results"), Block("p", "Mean over seeds with a 95% Student-t interval across seeds; "
-                                               "'-' where one seed gives no interval.")]
-    findings = []
+def _results(arms: list[Arm], heads: list[Headline], compared: list) -> list[Block]:
+    blocks = [Block("h2", "Results"), Block("p", "Mean over seeds with a 95% Student-t interval across seeds, cut to the "
+                                               "metric's valid range (how: t, or clipped where it was cut); '-' where "
+                                               "one seed gives no interval. Differences: Welch's 95% interval, the "
+                                               "seeds per arm that would resolve a difference of this size at 80% "
+                                               "power (two-sample t test at the observed pooled variance), and "
+                                               "P(better), the share of seed pairs in which the arm is higher; IQM: the interquartile "
+                                               "mean across seeds (rliable's robust aggregate).")]
+    runs = [r for a in arms for r in a.runs]
     for h in heads:
-        table = arm_table(arms, h).rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
-        blocks += [Block("p", f"{h.title} [{h.metric}]"), Block("table", table=table)]
-        diffs = diff_table(arms, h)
+        table = arm_table(arms, h, valid_range(h.metric, runs)).rename(
+            columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
+        kind = {SCORE: "a score: higher is better", MECHANISM: "a mechanism: what the algorithm does, neither "
+                "better nor worse"}.get(h.info.kind, "a cost")
+        blocks += [Block("p", f"{h.title} [{h.metric}]: {kind}"), Block("table", table=table)]
+        diffs = diff_table(arms, h, compared)
         if len(diffs):
             blocks.append(Block("table", table=diffs.rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})))
-        for row in diffs.itertuples(index=False):
-            findings.append(_finding(h, row.difference, Interval(row.mean, row.ci_low, row.ci_high, row.n)))
-    blocks += [Block("h2", "What the data shows"), Block("p", _summary_sentence(arms, findings))]
     return blocks
-
-
-def _finding(h: Headline, name: str, ci: Interval) -> tuple[bool, str]:
-    return excludes_zero(ci), f"{h.metric} ({h.reduce}), {name}: {_ci_text(ci)}"
-
-
-def _summary_sentence(arms: list[Arm], findings: list[tuple[bool, str]]) -> str:
-    if len(arms) < 2:
-        return (f"One arm ({len(arms[0].runs)} runs): there is nothing to compare; the tables give each metric's "
-                "spread across seeds.")
-    n = min(len(a.runs) for a in arms)
-    if n < 2:
-        return ("An arm has a single seed, so there are no intervals and this data supports no claim that the arms "
-                "differ; run more seeds (seed=0,1,2) for intervals.")
-    supported = [text for ok, text in findings if ok]
-    head = (f"With {n} seeds in the smallest arm, on this one configuration, the 95% interval of the difference "
-            f"excludes zero for {len(supported)} of {len(findings)} comparisons")
-    rest = (f"; for the other {len(findings) - len(supported)} it includes zero, so the data shows no difference "
-            "there (nor that there is none). The intervals are not corrected for making several comparisons.")
-    return head + (": " + "; ".join(supported) if supported else "") + rest
 
 
 def _notes(runs: list[Run], notes: list[str]) -> list[str]:

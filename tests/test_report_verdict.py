@@ -1,0 +1,173 @@
+"""The report's answer first: verdict lines, the forest plot and the key curves within the first screen of
+headless Chromium (1280x900), seeds needed against a hand computation, honest small-n wording, the
+sensitivity plot and collapse table of a numeric sweep, and the arms a compare folds or refuses. Runs are
+written by hand (report_runs.py), so these take seconds; the real 2-seed sweep is in test_sweep_report.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from report_runs import fake_compare, fake_lr_sweep, fake_run
+
+from gspo.cli.sweep import fold_equal_arms, job_progress
+from gspo.conf.errors import GspoError
+from gspo.trainer.report import write_report
+
+BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--window-size=1280,900", "--virtual-time-budget=5000"]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+SCREEN = 900
+
+
+@pytest.fixture(scope="module")
+def compare_report(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("compare")
+    write_report(fake_compare(root / "runs"), root / "out", wandb="disabled")
+    return root / "out"
+
+
+@pytest.fixture(scope="module")
+def lr_report(tmp_path_factory) -> tuple[Path, object]:
+    root = tmp_path_factory.mktemp("lr")
+    report = write_report(fake_lr_sweep(root / "runs"), root / "out", wandb="disabled")
+    return root / "out", report
+
+
+def test_markdown_opens_with_the_verdict_then_the_forest_plot(compare_report):
+    md = (compare_report / "report.md").read_text()
+    first = md.split("\n## ")[0]  # everything before the first section heading
+    assert first.startswith("# gspo report: GRPO, GSPO on arith (tiny)")
+    assert "- held-out accuracy: GSPO - GRPO = " in first and "![forest plot" in first
+    assert re.search(r"- clipped tokens: GSPO [\d.]+ vs GRPO [\d.]+ \(\d+x; difference \+[\d.]+, 95% CI .*: resolved "
+                     r"\(GSPO higher, a difference in mechanism, not a score\)", first)
+    assert re.search(r"not resolved; about \d+ seeds per arm would resolve a difference this large", first)
+    assert md.index("## Key curves") < md.index("## Setup") < md.index("## Results")
+    assert "<details><summary>Every other shared setting" in md
+
+
+def _dom(page: Path, tmp_path: Path) -> str:
+    return subprocess.run([BROWSER, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                           page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def _offsets(dom: str) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r'data-((?:top|bottom)-[\w-]+)="(-?\d+)"', dom)}
+
+
+PAGES = [pytest.param(None, id="fresh"),
+         *[pytest.param(p, id=p.parent.name) for p in [RESULTS / "compare-default" / "report.html"] if p.is_file()]]
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no chromium installed (apt-get install chromium)")
+@pytest.mark.parametrize("page", PAGES)
+def test_verdict_and_forest_plot_are_within_the_first_screen(page, compare_report, tmp_path):
+    """In headless Chromium at 1280x900 the verdict list and the forest plot end above 900 px (the page's own
+    script writes each element's offsets onto <html>), and every image decodes. `fresh`: a report built
+    here; the other: the committed reference report."""
+    page = page or compare_report / "report.html"
+    dom = _dom(page, tmp_path)
+    at = _offsets(dom)
+    assert 0 < at["top-verdict"] < at["bottom-verdict"] <= at["top-forest"] < at["bottom-forest"] <= SCREEN, at
+    n_images = page.read_text().count("<img ")
+    assert f'data-images-loaded="{n_images}"' in dom and 'data-images-broken="0"' in dom
+
+
+def test_seeds_needed_equals_a_hand_computation():
+    """Two-sample t test, equal n per arm, two-sided alpha 0.05, power 0.8, d = |mean(a) - mean(b)| / s_pooled.
+    Hand computation (Cohen 1988, table 2.4.1; G*Power gives the same): d = 0.5 -> 64 per group, d = 0.8 -> 26,
+    d = 1.0 -> 17. The normal approximation 2 (z_0.975 + z_0.8)^2 / d^2 = 2 (1.960 + 0.8416)^2 / 0.25 = 62.8
+    lands just below the exact t answer, as it must."""
+    from gspo.trainer.report.stats import pooled_sd, seeds_needed, t_test_power
+
+    a = [0.0, 1.0, 2.0]  # mean 1, sd 1
+    for shift, expected in ((0.5, 64), (0.8, 26), (1.0, 17)):
+        b = [v + shift for v in a]  # mean 1 + shift, sd 1: pooled sd 1, d = shift
+        assert pooled_sd(a, b) == pytest.approx(1.0)
+        assert seeds_needed(b, a) == expected
+        assert t_test_power(shift, expected) >= 0.8 > t_test_power(shift, expected - 1)
+    assert 2 * (1.959964 + 0.841621) ** 2 / 0.25 == pytest.approx(62.8, abs=0.05)
+    assert t_test_power(0.5, 64) == pytest.approx(0.8015, abs=1e-4)  # G*Power's actual power at n = 64
+    assert seeds_needed([0.3, 0.4, 0.5], [0.3, 0.4, 0.5], delta=0.1) == 17  # a size the user names: sd 0.1, d = 1
+    assert seeds_needed([0.3], [0.4]) is None and seeds_needed([0.3, 0.4], [0.3, 0.4]) is None  # no estimate
+
+
+def test_statistics_come_from_scipy_and_match_known_values():
+    from gspo.trainer.report.stats import band, iqm, mean_ci, prob_improvement, t975
+
+    assert t975(1) == pytest.approx(12.7062, abs=1e-4) and t975(2) == pytest.approx(4.3027, abs=1e-4)
+    assert t975(30) == pytest.approx(2.0423, abs=1e-4) and t975(1e6) == pytest.approx(1.9600, abs=1e-4)
+    assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == 4.5  # the mean of the middle half: 3, 4, 5, 6
+    assert prob_improvement([1, 2], [1, 0]) == 0.875  # 3 of 4 pairs higher, 1 tied (counts half)
+    two = band([0.2, 0.9], (0.0, 1.0))  # a t interval of two seeds: 0.55 +- 12.7 * 0.35 -> -3.9 to 5.0
+    assert (two.low, two.high, two.how) == (0.2, 0.9, "min-max")
+    assert mean_ci([0.1, 0.9, 0.95]).low < 0
+    three = band([0.1, 0.9, 0.95], (0.0, 1.0))
+    assert (three.low, three.high, three.how) == (0.0, 1.0, "clipped")
+
+
+def test_small_n_and_ties_are_said_in_words(tmp_path):
+    from gspo.trainer.report.arms import Arm
+    from gspo.trainer.report.stats import Interval
+    from gspo.trainer.report.tables import Difference, headlines
+    from gspo.trainer.report.write import verdict_line
+
+    head = headlines("arith")[0]
+    grpo, gspo = Arm("GRPO", {}, []), Arm("GSPO", {}, [])
+    tie = Difference(head, gspo, grpo, Interval(0.0, 0.0, 0.0, 2), 0.29, 0.29, None, 0.5)
+    assert "the seeds tied exactly, so the interval has zero width" in verdict_line(tie)
+    one = Difference(head, gspo, grpo, Interval(0.1, math.nan, math.nan, 1), 0.4, 0.3, None, 1.0)
+    assert "one seed per arm: no interval" in verdict_line(one)
+    two = Difference(head, gspo, grpo, Interval(0.3, -0.15, 0.74, 2), 0.6, 0.3, 9, 0.75)
+    line = verdict_line(two)
+    assert "not resolved; about 9 seeds per arm" in line and "only 2 seeds" in line
+    runs = [fake_run(tmp_path / "runs", "grpo", 0), fake_run(tmp_path / "runs", "gspo", 0)]
+    report = write_report(runs, tmp_path / "out", wandb="disabled")
+    assert any("one seed per arm: no interval" in v for v in report.verdict)
+    assert any("With 1 seed(s) per arm the intervals say little" in v for v in report.verdict)
+
+
+def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_table(lr_report):
+    out, report = lr_report
+    md = (out / "report.md").read_text()
+    assert "## Sensitivity to train.lr" in md and "sensitivity_train_lr_eval_arith_accuracy.png" in md
+    table = md.split("## Sensitivity to train.lr")[1]
+    assert "| GRPO lr=0.0007 | 0.0007 | 3 | 3/3 | 6 |" in table  # every GRPO seed collapsed at the top rate
+    assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 |" in table and "| GSPO lr=0.0001 | 0.0001 | 3 | 0/3 | - |" in table
+    # the verdict compares GSPO with GRPO at each rate, not every arm with the first
+    assert [v.split(" = ")[0] for v in report.verdict[:3]] == [
+        f"held-out accuracy: GSPO lr={lr} - GRPO lr={lr}" for lr in ("0.0001", "0.0003", "0.0007")]
+    assert "4 of 18 runs collapsed" in report.verdict[-1]
+    summary = pd.read_csv(out / "summary.csv")
+    top = summary[(summary["train.lr"] == 7e-4) & (summary["algo.name"] == "gspo")]
+    assert top["baseline"].tolist() == ["GRPO lr=0.0007"] * 3
+    assert top["eval/arith/accuracy seeds_needed"].notna().all()  # not resolved: how many seeds would
+
+
+def test_compare_folds_gspo_token_where_it_equals_gspo_and_refuses_on_policy():
+    params = {"seed": "0,1,2", "algo": "grpo,gspo,gspo_token"}
+    overrides, notes = fold_equal_arms(["train.steps=5"], params)
+    assert overrides == ["train.steps=5", "algo=grpo,gspo"] and len(notes) == 1
+    assert "equals GSPO in value and gradient" in notes[0]
+    assert fold_equal_arms(["algo=gspo,gspo_token", "algo.advantage=step"], {}) == (
+        ["algo=gspo,gspo_token", "algo.advantage=step"], [])  # per-token credit: they differ
+    assert fold_equal_arms(["algo=grpo,gspo_token"], {})[1] == []
+    with pytest.raises(GspoError, match="train.minibatches=1 is on-policy"):
+        fold_equal_arms(["algo=grpo,gspo", "train.minibatches=1"], {})
+
+
+def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
+    (tmp_path / "runs").mkdir()
+    jobs = ["seed=0 algo=grpo", "seed=0 algo=gspo", "seed=1 algo=grpo", "seed=1 algo=gspo"]
+    assert job_progress(tmp_path, 0, jobs) == "sweep job 1/4, ETA after the first job"
+    (tmp_path / "runs" / "0.json").write_text(json.dumps({"run_dir": "x", "started": 100.0, "ended": 200.0,
+                                                          "outcome": "finished"}))
+    assert job_progress(tmp_path, 1, jobs) == "sweep job 2/4, ETA 0:05:00 for the 3 left (0:01:40 per job over 1 done)"
+    assert job_progress(tmp_path, 1, None) == "sweep job 2"
