@@ -40,10 +40,13 @@ class Metric:
     valid: tuple[float | None, float | None] = ANY  # (low, high), None: unbounded
     headline: bool = False  # the comparison report's summary table shows it
     kind: str = MECHANISM
+    short: str = ""  # the report's verdict words ("clipped tokens"); default: the label
 
     def __post_init__(self) -> None:
         if not self.label:
             object.__setattr__(self, "label", self.name)
+        if not self.short:
+            object.__setattr__(self, "short", self.label)
 
     def in_range(self, value: float) -> bool:
         low, high = self.valid
@@ -102,7 +105,7 @@ def headlines() -> list[Metric]:
 
 # --- the policy loss (gspo.algos.common; every algorithm) -------------------------------------------------------
 CLIP_TOKEN_FRAC = declare(Metric("clip/token_frac", "share of completion tokens whose clipped branch is active (no gradient)",
-                                 TOKEN_MEAN, "clipped-token fraction", LOG, UNIT, headline=True))
+                                 TOKEN_MEAN, "clipped-token fraction", LOG, UNIT, headline=True, short="clipped tokens"))
 CLIP_LOW_FRAC = declare(Metric("clip/low_frac", "share of tokens clipped at the lower bound (A < 0)", TOKEN_MEAN,
                                "clipped low", LOG, UNIT))
 CLIP_HIGH_FRAC = declare(Metric("clip/high_frac", "share of tokens clipped at the upper bound (A > 0)", TOKEN_MEAN,
@@ -111,7 +114,7 @@ CLIP_OUT_OF_BAND = declare(Metric("clip/ratio_out_of_band_frac", "share of token
                                   "[1 - clip_low, 1 + clip_high], whatever the advantage's sign", TOKEN_MEAN,
                                   "ratio out of band", LOG, UNIT))
 CLIP_SEQ_FRAC = declare(Metric("clip/seq_frac", "share of sequences with at least one clipped token", SEQ_MEAN,
-                               "clipped-sequence fraction", LINEAR, UNIT, headline=True))
+                               "clipped-sequence fraction", LINEAR, UNIT, headline=True, short="clipped sequences"))
 RATIO_TOKEN_MEAN = declare(Metric("ratio/token_mean", "mean token importance ratio pi / pi_old", TOKEN_MEAN,
                                   "token ratio (mean)", LINEAR, NONNEG))
 RATIO_TOKEN_MIN = declare(Metric("ratio/token_min", "smallest token ratio", MIN, "token ratio (min)", LOG, NONNEG))
@@ -121,7 +124,7 @@ RATIO_SEQ_MEAN = declare(Metric("ratio/seq_mean", "mean sequence ratio s_i (GSPO
 RATIO_SEQ_MIN = declare(Metric("ratio/seq_min", "smallest sequence ratio", MIN, "sequence ratio (min)", LOG, NONNEG))
 RATIO_SEQ_MAX = declare(Metric("ratio/seq_max", "largest sequence ratio", MAX, "sequence ratio (max)", LOG, NONNEG))
 KL_OLD = declare(Metric("policy/kl_old", "k3 KL(pi_old || pi) over the update's tokens", TOKEN_MEAN,
-                        "KL to the old policy (k3)", LOG, NONNEG))
+                        "KL to the old policy (k3)", LOG, NONNEG, short="KL to the old policy"))
 KL_REF = declare(Metric("policy/kl_ref", "k3 KL(pi || pi_ref) to the frozen initial model (kl_beta > 0 or a reference)",
                         TOKEN_MEAN, "KL to the reference (k3)", LOG, NONNEG))
 LOSS_POLICY = declare(Metric("loss/policy", "the policy term of the loss (-J), summed over a minibatch's micro-batches",
@@ -129,12 +132,13 @@ LOSS_POLICY = declare(Metric("loss/policy", "the policy term of the loss (-J), s
 
 # --- the update (trainer/update.py) ---------------------------------------------------------------------------
 GRAD_NORM = declare(Metric("optim/grad_norm", "global gradient norm before clipping, mean over the step's updates",
-                           SEQ_MEAN, "grad norm (before clipping)", LINEAR, NONNEG))
+                           SEQ_MEAN, "grad norm (before clipping)", LINEAR, NONNEG, short="grad norm"))
 LR = declare(Metric("optim/lr", "learning rate of the step's updates (mean)", SEQ_MEAN, "learning rate", LOG, NONNEG))
 
 # --- the step's rollout (trainer/loop.py step_row, trainer/sampling.py) ------------------------------------------
+# a task reward lies in [0, 1]; DAPO's overlong penalty (in [-1, 0]) can take the shaped one below 0
 REWARD_MEAN = declare(Metric("reward/mean", "mean task reward of the step's completions", None, "training reward",
-                             LINEAR, ANY, headline=True, kind=HIGHER))
+                             LINEAR, (-1.0, 1.0), headline=True, kind=HIGHER))
 REWARD_STD = declare(Metric("reward/std", "standard deviation of the step's task rewards", None, "reward std",
                             LINEAR, NONNEG))
 REWARD_TASK = family(Family("reward/{task}", "mean task reward, named after the task (as reward/mean)", None,
@@ -144,13 +148,13 @@ FRAC_ZERO_STD = declare(Metric("reward/frac_zero_std_groups", "share of groups w
 OVERLONG_PENALTY = declare(Metric("reward/overlong_penalty", "mean DAPO overlong penalty added to the rewards "
                                   "(rollout.overlong_buffer > 0)", None, "overlong penalty", LINEAR, (-1.0, 0.0)))
 LEN_MEAN = declare(Metric("completion/len_mean", "mean completion length in tokens", None, "response length (tokens)",
-                          LINEAR, NONNEG, headline=True))
+                          LINEAR, NONNEG, headline=True, short="response length"))
 LEN_MAX = declare(Metric("completion/len_max", "longest completion in tokens", None, "longest response (tokens)",
                          LINEAR, NONNEG))
 TRUNCATED_FRAC = declare(Metric("completion/truncated_frac", "share of completions cut at rollout.max_new_tokens",
                                 None, "truncated fraction", LINEAR, UNIT, kind=LOWER))
 ENTROPY = declare(Metric("policy/entropy", "mean per-token entropy of the sampling policy (nats)", None,
-                         "entropy (nats per token)", LINEAR, NONNEG))
+                         "entropy (nats per token)", LINEAR, NONNEG, short="entropy"))
 GROUPS_DRAWN = declare(Metric("sampling/groups_drawn", "groups sampled this step (dynamic sampling)", None,
                               "groups drawn", LINEAR, NONNEG, kind=LOWER))
 GROUPS_KEPT = declare(Metric("sampling/groups_kept", "informative groups in the batch (dynamic sampling)", None,
@@ -224,6 +228,12 @@ EVAL = family(Family("eval/{source}/{stat}", "held-out score: the task's accurac
                      "pass@1, pass@k, avg@k (or CodeForces rating)", None, "held-out score", LINEAR, ANY,
                      headline=True, kind=HIGHER))
 EVAL_ACCURACY, EVAL_ACCURACY_GREEDY = "accuracy", "accuracy_greedy"  # the task eval's two stats
+# what the report shows of the task eval's two stats (fractions of the held-out set)
+EVAL_STATS = {EVAL_ACCURACY: Metric("eval/{task}/accuracy", "held-out accuracy, sampled at the training temperature",
+                                    None, "held-out accuracy (sampled)", LINEAR, UNIT, True, HIGHER, "held-out accuracy"),
+              EVAL_ACCURACY_GREEDY: Metric("eval/{task}/accuracy_greedy", "held-out accuracy, greedy", None,
+                                           "held-out accuracy (greedy)", LINEAR, UNIT, True, HIGHER,
+                                           "held-out accuracy (greedy)")}
 
 # The policy loss's metrics, as every algorithm registers them.
 STANDARD = (CLIP_TOKEN_FRAC, CLIP_LOW_FRAC, CLIP_HIGH_FRAC, CLIP_OUT_OF_BAND, CLIP_SEQ_FRAC, RATIO_TOKEN_MEAN,

@@ -34,6 +34,7 @@ import typer
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from gspo.algos.metrics import EVAL, EVAL_ACCURACY
 from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
@@ -273,7 +274,7 @@ def _job(cfg: DictConfig) -> float:
         if threads:
             torch.set_num_threads(threads)
         run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
-        objective = cfg.objective or f"eval/{cfg.task.name}/accuracy"
+        objective = cfg.objective or EVAL.format(cfg.task.name, EVAL_ACCURACY)
         said = _planned(hc) or " ".join(hc.job.override_dirname.split(","))
         state = read_status(run_dir).get("status")
         where = job_progress(Path(hc.sweep.dir), hc.job.num, _plan_jobs(hc))

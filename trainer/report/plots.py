@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+import gspo.algos.metrics as M  # noqa: E402
 from gspo.trainer.progress import Progress  # noqa: E402
 from gspo.trainer.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
 from gspo.trainer.report.runs import Run  # noqa: E402
@@ -47,32 +48,31 @@ class PlotSpec:
     smooth: bool = False  # the key grid draws a moving average of the mean (the noisy training reward)
 
 
+def _spec(name: str, *, axes: tuple[str, ...] = ("step",), smooth: bool = False, grid: bool = False) -> PlotSpec:
+    """A plot of `name` as the metric catalogue labels and scales it (the key grid says "(log)" in its title)."""
+    m = M.lookup(name)
+    stat = name.rsplit("/", 1)[-1]
+    if M.EVAL.matches(name) and stat in M.EVAL_STATS:
+        m = M.EVAL_STATS[stat]
+    log = m.scale == M.LOG
+    title = m.label
+    if grid and log:  # "KL to the old policy (k3)" -> "KL to the old policy (k3, log)"
+        title = f"{title[:-1]}, log)" if title.endswith(")") else f"{title} (log)"
+    return PlotSpec(name, title, log=log, axes=axes, smooth=smooth)
+
+
 def plot_specs(task: str) -> list[PlotSpec]:
     every = ("step", "time", "tokens")
-    return [
-        PlotSpec("reward/mean", "training reward", axes=every),
-        PlotSpec(f"eval/{task}/accuracy", "held-out accuracy (sampled)", axes=every),
-        PlotSpec(f"eval/{task}/accuracy_greedy", "held-out accuracy (greedy)", axes=every),
-        PlotSpec("clip/token_frac", "clipped-token fraction", log=True),
-        PlotSpec("clip/seq_frac", "clipped-sequence fraction"),
-        PlotSpec("completion/len_mean", "response length (tokens)"),
-        PlotSpec("policy/entropy", "entropy (nats per token)"),
-        PlotSpec("policy/kl_old", "KL to the old policy (k3)", log=True),
-        PlotSpec("optim/grad_norm", "grad norm (before clipping)"),
-        PlotSpec("time/step_s", "seconds per step"),
-    ]
+    acc, greedy = M.EVAL.format(task, M.EVAL_ACCURACY), M.EVAL.format(task, M.EVAL_ACCURACY_GREEDY)
+    return [_spec(M.REWARD_MEAN, axes=every), _spec(acc, axes=every), _spec(greedy, axes=every),
+            *[_spec(name) for name in (M.CLIP_TOKEN_FRAC, M.CLIP_SEQ_FRAC, M.LEN_MEAN, M.ENTROPY, M.KL_OLD,
+                                       M.GRAD_NORM, M.TIME_STEP)]]
 
 
 def key_specs(task: str) -> list[PlotSpec]:
     """The grid's six curves: reward, held-out accuracy, clipped tokens (log), entropy, KL (log), length."""
-    return [
-        PlotSpec("reward/mean", "training reward", smooth=True),
-        PlotSpec(f"eval/{task}/accuracy", "held-out accuracy (sampled)"),
-        PlotSpec("clip/token_frac", "clipped-token fraction (log)", log=True),
-        PlotSpec("policy/entropy", "entropy (nats per token)"),
-        PlotSpec("policy/kl_old", "KL to the old policy (k3, log)", log=True),
-        PlotSpec("completion/len_mean", "response length (tokens)"),
-    ]
+    return [_spec(M.REWARD_MEAN, smooth=True, grid=True), _spec(M.EVAL.format(task, M.EVAL_ACCURACY), grid=True),
+            *[_spec(name, grid=True) for name in (M.CLIP_TOKEN_FRAC, M.ENTROPY, M.KL_OLD, M.LEN_MEAN)]]
 
 
 def style(i: int) -> dict:
@@ -84,9 +84,9 @@ def _x(run: Run, axis: str) -> pd.Series:
     if axis == "step":
         return pd.Series(m.index.astype(float), index=m.index)
     if axis == "time":
-        return m["time/step_s"].fillna(0).cumsum() if "time/step_s" in m else pd.Series(dtype=float)
+        return m[M.TIME_STEP].fillna(0).cumsum() if M.TIME_STEP in m else pd.Series(dtype=float)
     per_step = run.config.get("train.prompts_per_step", 1) * run.config.get("train.group_size", 1)
-    return (m["completion/len_mean"].fillna(0) * per_step).cumsum() if "completion/len_mean" in m else pd.Series(dtype=float)
+    return (m[M.LEN_MEAN].fillna(0) * per_step).cumsum() if M.LEN_MEAN in m else pd.Series(dtype=float)
 
 
 def _curves(arm: Arm, metric: str, axis: str) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -1,9 +1,9 @@
 """The numbers of a report: one value per run per headline metric, arm tables with 95% intervals, the
 differences between arms (with seeds needed), and summary.csv (one row per run).
 
-METRICS is this file's one table of what each metric is: its short label, its valid range (bands and
-intervals are clipped to it) and its kind: a `score` (higher is better), a `mechanism` (what the algorithm
-does: clip fractions, KL, entropy, length; described, never called a win or a loss) or a `cost`.
+What each metric is comes from the metric catalogue (gspo.algos.metrics): its short words, its valid range
+(bands and intervals are clipped to it) and its kind: a `score` (higher is better), a `mechanism` (what the
+algorithm does: clip fractions, KL, entropy, length; described, never called a win or a loss) or a `cost`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+import gspo.algos.metrics as M
 from gspo.trainer.report.arms import Arm
 from gspo.trainer.report.runs import Run
 from gspo.trainer.report.stats import (
@@ -27,6 +28,7 @@ from gspo.trainer.report.stats import (
 )
 
 SCORE, MECHANISM, COST = "score", "mechanism", "cost"
+_KINDS = {M.HIGHER: SCORE, M.MECHANISM: MECHANISM, M.LOWER: COST}
 
 
 @dataclass(frozen=True)
@@ -36,29 +38,16 @@ class MetricInfo:
     kind: str  # SCORE, MECHANISM or COST
 
 
-# eval/<bench>/accuracy* are matched by their suffix (eval_info); reward/mean's range widens to what the runs
-# logged (a shaped reward can go below 0)
-METRICS = {
-    "accuracy": MetricInfo("held-out accuracy", (0.0, 1.0), SCORE),
-    "accuracy_greedy": MetricInfo("held-out accuracy (greedy)", (0.0, 1.0), SCORE),
-    "reward/mean": MetricInfo("training reward", (0.0, 1.0), SCORE),
-    "clip/token_frac": MetricInfo("clipped tokens", (0.0, 1.0), MECHANISM),
-    "clip/seq_frac": MetricInfo("clipped sequences", (0.0, 1.0), MECHANISM),
-    "completion/len_mean": MetricInfo("response length", (0.0, None), MECHANISM),
-    "policy/entropy": MetricInfo("entropy", (0.0, None), MECHANISM),
-    "policy/kl_old": MetricInfo("KL to the old policy", (0.0, None), MECHANISM),
-    "optim/grad_norm": MetricInfo("grad norm", (0.0, None), MECHANISM),
-    "time/step_s": MetricInfo("seconds per step", (0.0, None), COST),
-}
-
-
 def metric_info(metric: str) -> MetricInfo:
-    if metric in METRICS:
-        return METRICS[metric]
-    tail = metric.rsplit("/", 1)[-1]
-    if metric.startswith("eval/") and tail in METRICS:
-        return METRICS[tail]
-    return MetricInfo(metric, (None, None), MECHANISM)
+    """What the catalogue (gspo.algos.metrics) says of `metric`: its verdict words, valid range and kind;
+    eval/<task>/accuracy and accuracy_greedy by the task eval's own entries."""
+    m = M.lookup(metric)
+    stat = metric.rsplit("/", 1)[-1]
+    if M.EVAL.matches(metric) and stat in M.EVAL_STATS:
+        m = M.EVAL_STATS[stat]
+    if m is None:
+        return MetricInfo(metric, (None, None), MECHANISM)
+    return MetricInfo(m.short, m.valid, _KINDS[m.kind])
 
 
 def valid_range(metric: str, runs: list[Run]) -> tuple[float | None, float | None]:
@@ -85,14 +74,13 @@ class Headline:
 
 
 def headlines(task: str) -> list[Headline]:
+    acc, greedy = M.EVAL.format(task, M.EVAL_ACCURACY), M.EVAL.format(task, M.EVAL_ACCURACY_GREEDY)
+    over_steps = [M.REWARD_MEAN, M.CLIP_TOKEN_FRAC, M.CLIP_SEQ_FRAC, M.LEN_MEAN, M.TIME_STEP]
     return [
-        Headline(f"eval/{task}/accuracy", "final", "held-out accuracy, sampled at the training temperature (final)", True),
-        Headline(f"eval/{task}/accuracy_greedy", "final", "held-out accuracy, greedy (final)", True),
-        Headline("reward/mean", "mean", "training reward (mean over steps)", True),
-        Headline("clip/token_frac", "mean", "clipped-token fraction (mean over steps)"),
-        Headline("clip/seq_frac", "mean", "clipped-sequence fraction (mean over steps)"),
-        Headline("completion/len_mean", "mean", "response length in tokens (mean over steps)"),
-        Headline("time/step_s", "mean", "seconds per step (mean over steps)"),
+        Headline(acc, "final", "held-out accuracy, sampled at the training temperature (final)", True),
+        Headline(greedy, "final", "held-out accuracy, greedy (final)", True),
+        *[Headline(name, "mean", f"{M.lookup(name).label} (mean over steps)",
+                   True if M.lookup(name).kind == M.HIGHER else None) for name in over_steps],
     ]
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import gspo.algos.metrics as M
 from gspo.trainer.report.arms import (
     Arm,
     differing_keys,
@@ -131,8 +132,9 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str]) -> str:
 
 
 def _verdict_heads(heads: list[Headline], compared: list) -> list[Headline]:
-    wanted = [h for h in heads if h.info.kind in (SCORE, MECHANISM) and h.metric.split("/")[0] in ("eval", "reward", "clip")
-              and not h.metric.endswith("seq_frac")]
+    sections = (M.section(M.EVAL.name), M.section(M.REWARD_MEAN), M.CLIP)
+    wanted = [h for h in heads if h.info.kind in (SCORE, MECHANISM) and M.section(h.metric) in sections
+              and h.metric != M.CLIP_SEQ_FRAC]
     return wanted[:1] if len(compared) > VERDICT_REDUCE else wanted
 
 
