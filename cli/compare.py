@@ -21,7 +21,7 @@ from gspo.cli.report import print_report
 from gspo.cli.sweep import run_sweep
 from gspo.conf.choices import check_choice
 from gspo.conf.errors import GspoError
-from gspo.trainer.report import write_report
+from gspo.report import write_report
 
 DEFAULT_PRESET = "compare"
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import typer
 
 from gspo.cli.errors import user_errors
-from gspo.trainer.report import Report, write_report
-from gspo.trainer.report.page import fmt
+from gspo.report import Report, fmt, write_report
 
 
 @user_errors

@@ -42,8 +42,7 @@ from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
-from gspo.trainer.report.runs import SWEEP_PLAN, SWEEP_RUNS, load_run, sweep_job, sweep_jobs, sweep_runs
-from gspo.trainer.report.tables import run_value
+from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
 from gspo.trainer.rundir import atomic_write_text, read_status
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin

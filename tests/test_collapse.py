@@ -81,9 +81,9 @@ def test_report_marks_the_collapse_step_on_every_axis(finished_run, tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gspo.trainer.report.arms import group_arms
-    from gspo.trainer.report.plots import _mark_collapses
-    from gspo.trainer.report.runs import load_run
+    from gspo.report.arms import group_arms
+    from gspo.report.plots import _mark_collapses
+    from gspo.report.runs import load_run
 
     run = tmp_path / "collapsed"
     shutil.copytree(finished_run, run)

@@ -23,8 +23,8 @@ from conftest import LEARNING_SEED, TINY, without_timing
 
 from gspo.cli.errors import one_line_errors
 from gspo.conf import GspoError, compose_config, config_to_yaml
+from gspo.report.runs import load_run, unread_steps
 from gspo.trainer import loop
-from gspo.trainer.report.runs import load_run, unread_steps
 from gspo.trainer.rundir import SET_ASIDE, RunDir, read_jsonl, read_status
 
 CKPT = (*TINY, f"seed={LEARNING_SEED}", "train.save_every=1", "train.keep_checkpoints=2", "train.eval_every=0",

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from gspo.trainer.report.stats import diff_ci, excludes_zero, mean_ci, t975
+from gspo.report.stats import diff_ci, excludes_zero, mean_ci, t975
 
 
 def test_mean_ci_three_seeds():
@@ -51,7 +51,7 @@ def test_t_table():
 def test_log_axis_bands_stop_at_half_the_smallest_positive_value():
     from types import SimpleNamespace
 
-    from gspo.trainer.report.plots import _log_floor
+    from gspo.report.plots import _log_floor
 
     runs = [SimpleNamespace(metrics=pd.DataFrame({"clip/token_frac": [0.0, 0.004, 0.02]})),
             SimpleNamespace(metrics=pd.DataFrame({"clip/token_frac": [0.3, None, 0.001]}))]

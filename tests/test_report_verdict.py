@@ -18,7 +18,7 @@ from report_runs import fake_compare, fake_lr_sweep, fake_run
 
 from gspo.cli.sweep import fold_equal_arms, job_progress
 from gspo.conf.errors import GspoError
-from gspo.trainer.report import write_report
+from gspo.report import write_report
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -85,7 +85,7 @@ def test_seeds_needed_equals_a_hand_computation():
     Hand computation (Cohen 1988, table 2.4.1; G*Power gives the same): d = 0.5 -> 64 per group, d = 0.8 -> 26,
     d = 1.0 -> 17. The normal approximation 2 (z_0.975 + z_0.8)^2 / d^2 = 2 (1.960 + 0.8416)^2 / 0.25 = 62.8
     lands just below the exact t answer, as it must."""
-    from gspo.trainer.report.stats import pooled_sd, seeds_needed, t_test_power
+    from gspo.report.stats import pooled_sd, seeds_needed, t_test_power
 
     a = [0.0, 1.0, 2.0]  # mean 1, sd 1
     for shift, expected in ((0.5, 64), (0.8, 26), (1.0, 17)):
@@ -100,7 +100,7 @@ def test_seeds_needed_equals_a_hand_computation():
 
 
 def test_statistics_come_from_scipy_and_match_known_values():
-    from gspo.trainer.report.stats import band, iqm, mean_ci, prob_improvement, t975
+    from gspo.report.stats import band, iqm, mean_ci, prob_improvement, t975
 
     assert t975(1) == pytest.approx(12.7062, abs=1e-4) and t975(2) == pytest.approx(4.3027, abs=1e-4)
     assert t975(30) == pytest.approx(2.0423, abs=1e-4) and t975(1e6) == pytest.approx(1.9600, abs=1e-4)
@@ -114,10 +114,10 @@ def test_statistics_come_from_scipy_and_match_known_values():
 
 
 def test_small_n_and_ties_are_said_in_words(tmp_path):
-    from gspo.trainer.report.arms import Arm
-    from gspo.trainer.report.stats import Interval
-    from gspo.trainer.report.tables import Difference, headlines
-    from gspo.trainer.report.write import verdict_line
+    from gspo.report.arms import Arm
+    from gspo.report.stats import Interval
+    from gspo.report.tables import Difference, headlines
+    from gspo.report.write import verdict_line
 
     head = headlines("arith")[0]
     grpo, gspo = Arm("GRPO", {}, []), Arm("GSPO", {}, [])

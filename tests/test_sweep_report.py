@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gspo.trainer.report.page import fmt
+from gspo.report.page import fmt
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -121,10 +121,10 @@ def test_two_seed_report_of_a_real_sweep_keeps_bands_in_range_and_says_n_below_3
     import matplotlib.pyplot as plt
     from matplotlib.collections import PolyCollection
 
-    from gspo.trainer.report.arms import group_arms
-    from gspo.trainer.report.plots import _panel, key_specs, plot_specs
-    from gspo.trainer.report.runs import load_runs
-    from gspo.trainer.report.tables import metric_info
+    from gspo.report.arms import group_arms
+    from gspo.report.plots import _panel, key_specs, plot_specs
+    from gspo.report.runs import load_runs
+    from gspo.report.tables import metric_info
 
     runs, _ = load_runs([sweep_dir])
     arms = group_arms(runs)

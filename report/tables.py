@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 import gspo.algos.metrics as M
-from gspo.trainer.report.arms import Arm
-from gspo.trainer.report.runs import Run
-from gspo.trainer.report.stats import (
+from gspo.report.arms import Arm
+from gspo.report.runs import Run
+from gspo.report.stats import (
     Interval,
     clip_to,
     diff_ci,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from gspo.report.runs import Run
 from gspo.trainer.loggers import offline_note, start_wandb, wandb_mode
-from gspo.trainer.report.runs import Run
 
 
 def report_wandb_mode(setting: str, runs: list[Run]) -> str:

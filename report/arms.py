@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.report.runs import Run
+from gspo.report.runs import Run
 
 REPLICATE_KEYS = ("seed",)
 BOOKKEEPING = ("run_id", "output_dir", "resume", "logger.", "eval.workers", "model.tiny.cache_dir")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 import gspo.algos.metrics as M
-from gspo.trainer.report.arms import (
+from gspo.report.arms import (
     Arm,
     differing_keys,
     group_arms,
@@ -31,11 +31,11 @@ from gspo.trainer.report.arms import (
     pairs,
     shared_config,
 )
-from gspo.trainer.report.page import Block, fmt, to_html, to_markdown
-from gspo.trainer.report.plots import collapsed, forest, key_grid, sensitivity, write_plots
-from gspo.trainer.report.runs import Run, load_runs, unread_steps
-from gspo.trainer.report.stats import excludes_zero, mean_ci, zero_width
-from gspo.trainer.report.tables import (
+from gspo.report.page import Block, fmt, to_html, to_markdown
+from gspo.report.plots import collapsed, forest, key_grid, sensitivity, write_plots
+from gspo.report.runs import Run, load_runs, unread_steps
+from gspo.report.stats import excludes_zero, mean_ci, zero_width
+from gspo.report.tables import (
     MECHANISM,
     SCORE,
     Difference,
@@ -49,7 +49,7 @@ from gspo.trainer.report.tables import (
     summary_frame,
     valid_range,
 )
-from gspo.trainer.report.tracker import log_report, report_wandb_mode
+from gspo.report.tracker import log_report, report_wandb_mode
 from gspo.trainer.rundir import STATUS_UNREADABLE
 
 # the settings that define an experiment, shown above the fold (what differs between arms is shown too)

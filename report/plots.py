@@ -28,11 +28,11 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import gspo.algos.metrics as M  # noqa: E402
+from gspo.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
+from gspo.report.runs import Run  # noqa: E402
+from gspo.report.stats import band, excludes_zero  # noqa: E402
+from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 from gspo.trainer.progress import Progress  # noqa: E402
-from gspo.trainer.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
-from gspo.trainer.report.runs import Run  # noqa: E402
-from gspo.trainer.report.stats import band, excludes_zero  # noqa: E402
-from gspo.trainer.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 
 X_LABELS = {"step": "step", "time": "wall-clock time (s)", "tokens": "generated tokens"}
 STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
