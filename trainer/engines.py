@@ -13,9 +13,16 @@ from gspo.trainer.rollout import HFEngine
 
 
 def require_engine(rollout) -> None:
-    """Fail before a run starts when the configured engine's library is missing."""
-    if rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+    """Fail before a run starts when the configured engine's library is missing, or the platform it runs on
+    cannot honour its options (vLLM's sleep mode on the CPU build, ...)."""
+    if rollout.engine != "vllm":
+        return
+    if importlib.util.find_spec("vllm") is None:
         raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
+    try:
+        vllm_engine.check_platform(rollout)
+    except ImportError as e:
+        raise GspoError(f"rollout=vllm: vLLM is installed but does not import ({e})") from None
 
 
 def make_engine(cfg, model, tokenizer):
