@@ -53,12 +53,15 @@ and are tested without vLLM.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
 import os
 import re
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,7 +263,13 @@ def _import_vllm():
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would bury the run's own
     if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    import vllm
+    # The CPU build's import prints "Triton is installed, but doesn't include CPU backend" and FutureWarnings
+    # of its own to stderr: noise before every run, and it would break the one-line errors of a refused option.
+    # vLLM's logger writes to stdout, so nothing it logs is lost here.
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import vllm
+        from vllm.platforms import current_platform as _  # noqa: F401 (platform detection, same noise)
 
     return vllm
 
