@@ -266,12 +266,19 @@ def _import_vllm():
     # The CPU build's import prints "Triton is installed, but doesn't include CPU backend" and FutureWarnings
     # of its own to stderr: noise before every run, and it would break the one-line errors of a refused option.
     # vLLM's logger writes to stdout, so nothing it logs is lost here.
-    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
+    with _quiet_import():
         import vllm
         from vllm.platforms import current_platform as _  # noqa: F401 (platform detection, same noise)
 
     return vllm
+
+
+@contextlib.contextmanager
+def _quiet_import():
+    """vLLM modules imported here print no import-time noise to stderr (see _import_vllm)."""
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 @dataclass(frozen=True)
@@ -316,7 +323,8 @@ def check_cpu_head_dim(config) -> None:
     """The CPU build's attention kernels take a few head sizes only; another fails at the first generate."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     try:
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        with _quiet_import():
+            from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
         sizes = CPUAttentionBackend.get_supported_head_sizes()
     except (ImportError, AttributeError):  # another layout of vLLM: let vLLM itself say it
