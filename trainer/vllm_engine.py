@@ -270,6 +270,8 @@ def _import_vllm():
         import vllm
         from vllm.platforms import current_platform as _  # noqa: F401 (platform detection, same noise)
 
+        _lazy = vllm.LLM, vllm.SamplingParams  # noqa: F841 lazy attributes: their first access imports (and prints) more
+
     return vllm
 
 
