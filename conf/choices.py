@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rollout.engine": ("hf", "vllm"),
     "rollout.dtype": ("auto", "bfloat16", "float16"),
     "rollout.sampler": ("lean", "generate"),
+    "rollout.vllm_sync": ("auto", "load_weights", "reload"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
     "train.lr_schedule": ("constant", "linear", "cosine"),
     "train.on_nonfinite": ("stop", "skip"),

@@ -121,7 +121,9 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory vLLM may take
     tensor_parallel_size: int = 1  # vllm: GPUs one model is split over
     vllm_dtype: str = "auto"  # vllm: its weights' dtype (auto: the model's)
-    vllm_sleep: bool = True  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync
+    vllm_sleep: bool | None = None  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync; None: where the platform has a sleep mode (GPUs), not on the CPU
+    vllm_eager: bool | None = None  # vllm: no torch.compile / CUDA graphs; None: eager on the CPU (compiling costs ~50 s of start-up there), compiled on GPUs
+    vllm_sync: str = "auto"  # vllm weight sync: load_weights (the model's own loader, in place; GPUs), reload (vLLM's layerwise reload, which re-processes repacked CPU weights); auto: reload on the CPU, load_weights elsewhere
     dynamic_sampling: bool = False  # DAPO (sec. 3.2), any algorithm: drop groups whose rewards are all equal (no signal) and draw more prompts until train.prompts_per_step groups are kept or max_draws rounds are spent; one process only
     max_draws: int = 3  # dynamic sampling's budget: rounds of train.prompts_per_step prompts one step may draw (verl's max_num_gen_batches); a batch still short is completed with dropped groups
     overlong_buffer: float = 0.0  # DAPO's soft overlong punishment (sec. 3.4), any algorithm: over the last this share of max_new_tokens the reward falls linearly by up to 1 (DAPO: 4096/20480 = 0.2); 0: off

