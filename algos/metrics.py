@@ -9,7 +9,7 @@ time), or MECHANISM (neither: how the algorithm behaved, e.g. clip fractions, ra
 Code that writes or reads a metric uses the constant here (`REWARD_MEAN`, `CLIP_TOKEN_FRAC`, ...) or,
 for the names made from a task, benchmark or phase, the `Family` that builds them (`EVAL.name(task,
 "accuracy")`, `REWARD_TASK.name(task)`, `TIME_PHASE.name("generate")`). `lookup(name)` finds the
-declaration of any logged name; tests/test_metric_catalogue.py fails when a run logs a name it lacks.
+declaration of any logged name; tests/algos/test_metric_catalogue.py fails when a run logs a name it lacks.
 
 This module is of the bottom layer (algos): it imports nothing of gspo's but the reduction names.
 """

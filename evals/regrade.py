@@ -30,7 +30,7 @@ from gspo.evals.parallel import parallel_map
 from gspo.evals.records import is_missing, read_records
 
 GRADERS = ("arith", "math", "code")
-# the grader of each benchmark's rows in eval_samples.jsonl (tests/test_grade_cli.py keeps it in step with
+# the grader of each benchmark's rows in eval_samples.jsonl (tests/cli/test_grade_cli.py keeps it in step with
 # the benchmark registry); None: not regradable from the file (CodeForces judges with the problem's own
 # checker and limits, which the row does not keep: `gspo eval` regrades it)
 BENCHMARK_GRADER: dict[str, str | None] = {

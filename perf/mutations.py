@@ -38,9 +38,9 @@ class Mutant:
     tests: tuple[str, ...]
 
 
-SANDBOX = ("tests/test_sandbox.py",)
-UPDATE = ("tests/test_trainer_update.py",)
-FEATURES = ("tests/test_trainer_features.py",)
+SANDBOX = ("tests/evals/test_sandbox.py",)
+UPDATE = ("tests/trainer/test_update.py",)
+FEATURES = ("tests/trainer/test_trainer_features.py",)
 
 MUTANTS = [
     Mutant("algo-hardcoded", "the update always runs GRPO, whatever algo= says",
@@ -78,18 +78,18 @@ MUTANTS = [
            UPDATE + FEATURES),
     Mutant("eos-dropped-from-mask", "the completion mask drops the eos token itself",
            (("trainer/rollout.py", "seen_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0",
-             "seen_before = is_eos.long().cumsum(-1) > 0"),), ("tests/test_rollout.py",)),
+             "seen_before = is_eos.long().cumsum(-1) > 0"),), ("tests/trainer/test_rollout.py",)),
     Mutant("held-out-swapped", "the training task draws from the held-out bucket",
-           (("trainer/tasks.py", "if not is_held_out(p):", "if is_held_out(p):"),), ("tests/test_arith.py",)),
+           (("trainer/tasks.py", "if not is_held_out(p):", "if is_held_out(p):"),), ("tests/evals/test_arith.py",)),
     Mutant("test-split-swapped", "make_split('test') returns training problems",
-           (("evals/arith.py", 'want_test = split == "test"', 'want_test = split != "test"'),), ("tests/test_arith.py",)),
+           (("evals/arith.py", 'want_test = split == "test"', 'want_test = split != "test"'),), ("tests/evals/test_arith.py",)),
     Mutant("eval-bench-other-problems", "gspo eval's arith benchmark draws other problems than the run's held-out set",
            (("evals/benchmarks/arith.py", 'problems = make_split("test", limit or n, seed=0,',
              'problems = make_split("test", limit or n, seed=1,'),),
-           ("tests/test_eval_cli.py::test_eval_arith_agrees_with_the_training_eval",)),
+           ("tests/cli/test_eval_cli.py::test_eval_arith_agrees_with_the_training_eval",)),
     Mutant("grader-ignores-last-mark", "the arithmetic grader reads the first answer, not the last",
            (("evals/arith.py", "return found[-1] if found else None", "return found[0] if found else None"),),
-           ("tests/test_arith.py",)),
+           ("tests/evals/test_arith.py",)),
     Mutant("bwrap-no-net-namespace", "bwrap without --unshare-net",
            (("evals/sandbox/backends.py", '"--unshare-pid", "--unshare-net", ', '"--unshare-pid", '),), SANDBOX),
     Mutant("bwrap-no-pid-namespace", "bwrap without --unshare-pid (nor --as-pid-1, which needs it)",
@@ -111,21 +111,21 @@ MUTANTS = [
            SANDBOX),
     Mutant("math-reward-always-zero", "the math task's reward ignores the grader",
            (("trainer/tasks.py", "_score=graded_by(grade_math)", "_score=graded_by(lambda response, gold: False)"),),
-           ("tests/test_train_hf_math.py",)),
+           ("tests/trainer/test_train_hf_math.py",)),
     Mutant("eval-first-bench-only", "gspo eval grades only the first of several benchmarks",
            (("trainer/evaluate.py", "    for bench in benches:", "    for bench in benches[:1]:"),),
-           ("tests/test_eval_features.py",)),
+           ("tests/trainer/test_eval_features.py",)),
     Mutant("wandb-new-run-on-resume", "a resumed run logs to a new W&B run",
-           (("trainer/loggers.py", '"id": run.path.name.replace("/", "-"),', '"id": None,'),), ("tests/test_wandb_resume.py",)),
+           (("trainer/loggers.py", '"id": run.path.name.replace("/", "-"),', '"id": None,'),), ("tests/trainer/test_wandb_resume.py",)),
     Mutant("cli-error-traceback", "the console script lets user errors out as tracebacks",
            (("cli/errors.py", "    except GspoError as e:", "    except ZeroDivisionError as e:"),),
-           ("tests/test_eval_cli.py::test_eval_bad_input_through_the_console_script",)),
+           ("tests/cli/test_eval_cli.py::test_eval_bad_input_through_the_console_script",)),
     Mutant("eval-bad-k-not-a-user-error", "eval.k=0 is not refused at compose (a failure deep in the eval instead)",
            (("conf/ranges.py", '"eval.k": _ONE, ', ""),),
-           ("tests/test_eval_cli.py::test_eval_bad_input_is_one_line",)),
+           ("tests/cli/test_eval_cli.py::test_eval_bad_input_is_one_line",)),
     Mutant("sigterm-not-handled", "SIGTERM kills the run without marking it interrupted",
            (("trainer/loop.py", "previous = signal.signal(signal.SIGTERM, _raise_interrupt)",
-             "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
+             "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/trainer/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
     Mutant("leftovers-not-killed", "a program that exits normally leaves its daemons running",
            (("evals/sandbox/runner.py",
              "                _rn_kill_all(pid, False)  # daemons and background children may still hold the pipes",

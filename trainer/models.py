@@ -70,7 +70,7 @@ def build_tiny_qwen3(vocab_size: int, *, hidden_size: int, num_layers: int, inte
 
 
 # Qwen/Qwen3-0.6B's config.json: the shape used to test and measure at a real model's size, offline (perf/,
-# tests/test_gpu.py)
+# tests/trainer/test_gpu.py)
 QWEN3_0_6B = {"vocab_size": 151936, "hidden_size": 1024, "num_layers": 28, "intermediate_size": 3072, "num_heads": 16,
               "num_kv_heads": 8, "head_dim": 128}
 

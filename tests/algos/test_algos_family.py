@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gspo.algos import available, get, policy_loss
-from tests.algos_batches import F64, make_batch
+from tests.algos.algos_batches import F64, make_batch
 
 LOG_RATIOS = [[0.3, -0.3, 0.05, 0.0], [-0.3, 0.3], [0.3, -0.3, 0.1]]
 ADV = [1.0, -0.5, 0.0]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gspo.algos import policy_loss
-from tests.algos_batches import F64, make_batch
+from tests.algos.algos_batches import F64, make_batch
 
 LO, HI = 0.2, 0.27
 LOG_RATIOS = [[0.3, -0.3, 0.05, 0.0], [-0.3, 0.3], [0.3, -0.3, 0.1]]

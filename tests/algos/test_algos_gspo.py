@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gspo.algos import policy_loss
-from tests.algos_batches import F64, make_batch
+from tests.algos.algos_batches import F64, make_batch
 
 LO, HI = 0.02, 0.04
 LOG_RATIOS = [[0.3, -0.1, 0.0, 0.0], [-0.1, 0.02], [0.03, -0.03, 0.03], [0.5]]

@@ -48,7 +48,7 @@ def loss_and_grad(algo, logp, old, mask, adv, **options):
 
 def test_on_policy_grpo_and_gspo_give_the_same_gradient():
     # With old_logp = logp every ratio is 1: both gradients are -(1/N)(1/|y_i|) A_i per token, whatever the
-    # lengths (the whole family, lengths equal: tests/test_algos_family.py).
+    # lengths (the whole family, lengths equal: tests/algos/test_algos_family.py).
     logp, _, _, mask, adv = random_batch()
     results = [loss_and_grad(algo, logp, logp.detach(), mask, adv) for algo in ("grpo", "gspo", "gspo_token")]
     for loss, grad, _ in results[1:]:

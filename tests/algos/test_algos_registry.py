@@ -123,7 +123,7 @@ def test_metric_names_are_the_interface(name):
     ({"mask": torch.ones((3, 3), dtype=F64)}, "mask"),
     ({"advantages": torch.ones(3, dtype=F64)}, "advantages"),
     ({"logp": torch.zeros(6, dtype=F64)}, "logp"),
-    ({"clip_low": 1.01}, "clip_low"),  # 1.0 too, except for CISPO (tests/test_algos_family.py)
+    ({"clip_low": 1.01}, "clip_low"),  # 1.0 too, except for CISPO (tests/algos/test_algos_family.py)
     ({"clip_high": -0.1}, "clip_high"),
     ({"kl_beta": 0.1}, "ref_logp"),
     ({"kl_beta": -0.1, "ref_logp": torch.zeros((2, 3), dtype=F64)}, "kl_beta"),

@@ -17,7 +17,7 @@ from gspo.conf.errors import GspoError
 from gspo.trainer.rundir import _write_manifest
 from tests.conftest import LEARNING_SEED, TINY
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "aime24.jsonl").exists(), reason="../shared/data not beside the repo")
 
 
@@ -213,7 +213,7 @@ def test_train_periodic_benchmark_eval_logs_eval_bench_metrics(gspo, tmp_path):
 
 
 def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
-    from tests.test_wandb_logger import history_by_step, read_records
+    from tests.trainer.test_wandb_logger import history_by_step, read_records
 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)

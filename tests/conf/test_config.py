@@ -114,8 +114,8 @@ def test_family_presets_carry_their_papers_settings():
 
 def test_readme_lists_every_algorithm_preset():
     # The README's `algo=` row is the list users read first: it names exactly the presets (whose names the
-    # registry is held to in tests/test_algos_registry.py).
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    # registry is held to in tests/algos/test_algos_registry.py).
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `algo=` |"))
     assert re.findall(r"`([a-z_]+)`", row.split("|")[2]) == _options("algo")
 

@@ -9,7 +9,7 @@ from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
 from gspo.evals.benchmarks.aime import PROMPT_TEMPLATE
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _path(name: str) -> Path:

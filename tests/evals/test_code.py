@@ -11,7 +11,7 @@ import pytest
 from gspo.conf.errors import GspoError
 from gspo.evals.graders.code import extract_code, lcb_output_matches, run_code, run_code_many, tokens_match
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
+DATA = Path(__file__).parents[3] / "shared" / "data"
 LIMITS = {"timeout_s": 2.0, "memory_mb": 256}
 
 

@@ -11,7 +11,7 @@ import pytest
 import gspo.evals.graders.math as math_mod
 from gspo.evals.graders.math import grade_math, grade_math_batch, math_reward
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _aime_rows(name: str) -> list[dict]:

@@ -3,7 +3,6 @@ without Routing Replay, each through `gspo train` on the TINY config."""
 
 from __future__ import annotations
 
-import pytest
 from conftest import LEARNING_SEED
 
 from gspo.trainer.rundir import read_jsonl
@@ -26,12 +25,21 @@ def test_engine_logprobs_bf16_sampler_makes_a_real_mismatch(gspo, tmp_path):
     (row,) = _rows(gspo, tmp_path, "bf16", "algo.old_logp_source=engine", "rollout.dtype=bfloat16")
     assert row["mismatch/logp_abs_diff"] > 1e-4  # bf16 keeps 8 bits of mantissa: the gap is real
     assert row["mismatch/seq_ratio_std"] > 0
-    assert row["ratio/seq_mean"] > 0  # and the update ran on the engine's log-probs
+    # and the update ran on the engine's log-probs: the same draws with recomputed old log-probs give other ratios
+    (recomputed,) = _rows(gspo, tmp_path, "bf16-recompute", "algo.old_logp_source=recompute", "rollout.dtype=bfloat16")
+    assert recomputed["reward/mean"] == row["reward/mean"]  # the same samples
+    assert abs(row["ratio/seq_mean"] - recomputed["ratio/seq_mean"]) > 1e-6
 
 
-@pytest.mark.parametrize("replay", ["none", "trainer", "rollout"])
-def test_tiny_moe_trains_with_and_without_replay(gspo, tmp_path, replay):
-    (row,) = _rows(gspo, tmp_path, f"moe-{replay}", *MOE, "algo=grpo", f"algo.routing_replay={replay}")
-    assert 0.0 <= row["moe/routing_changed_frac"] <= 1.0
-    assert 1.0 <= row["moe/load_max"] <= 4.0  # 1: balanced, 4: everything on one of the 4 experts
-    assert any(k.startswith("diag/token_logratio_var") for k in row)
+def test_tiny_moe_trains_and_replay_changes_the_update(gspo, tmp_path):
+    # lr 5e-3 moves the routers within the step's minibatches, so some routing decisions change
+    rows = {replay: _rows(gspo, tmp_path, f"moe-{replay}", *MOE, "algo=grpo", "train.lr=5e-3",
+                          f"algo.routing_replay={replay}")[0] for replay in ("none", "trainer", "rollout")}
+    for row in rows.values():
+        assert 1.0 <= row["moe/load_max"] <= 4.0  # 1: balanced, 4: everything on one of the 4 experts
+        assert any(k.startswith("diag/token_logratio_var") for k in row)
+    assert rows["none"]["moe/routing_changed_frac"] > 0  # the routers moved ...
+    # ... so replaying the old experts (R2) or the sampler's (R3) makes another update than the current routing
+    for replay in ("trainer", "rollout"):
+        assert rows[replay]["reward/mean"] == rows["none"]["reward/mean"]  # the same samples
+        assert rows[replay]["policy/kl_old"] != rows["none"]["policy/kl_old"], replay

@@ -14,7 +14,7 @@ import pytest
 
 from gspo.trainer import evaluate
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 FILES = {"aime24": "aime24.jsonl", "livecodebench": "lcb_sample.jsonl", "codeforces": "cf_sample.jsonl"}
 needs_data = pytest.mark.skipif(not all((DATA / f).exists() for f in FILES.values()), reason="../shared/data missing")
 

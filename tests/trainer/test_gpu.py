@@ -27,7 +27,7 @@ def _check_trained(run: Path, steps: int) -> None:
     assert [r["step"] for r in rows] == list(range(steps + 1))
     for row in rows[1:]:
         assert all(math.isfinite(v) for k, v in row.items() if isinstance(v, float)), row
-        assert row["ratio/token_max"] < 1e3 and row["optim/grad_norm"] >= 0
+        assert row["ratio/token_max"] < 1e3  # (finite above; a norm is >= 0 by construction)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -68,7 +68,7 @@ def test_train_with_vllm_rollouts(gspo, tmp_path):
 def test_gradient_checkpointing_lowers_peak_memory_at_qwen3_0_6b_shape():
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "perf"))
     from checkpointing_memory import measure
 
     plain = measure(checkpointing=False, n=4, t=256)

@@ -19,7 +19,7 @@ from gspo.trainer.sampling import sample_batch
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.task_types import Item, Task, uniform_draw
 from tests.conftest import TINY
-from tests.test_rollout import _engine, _tiny
+from tests.trainer.test_rollout import _engine, _tiny
 
 B, G, STEP = 4, 4, 3
 ITEMS = [Item(prompt=f"{i}+1=", gold=str(i)) for i in range(20)]

@@ -1,115 +1,222 @@
-"""The update on a non-CPU device, with gradient checkpointing, and Dr. GRPO's normaliser.
+"""`trainer.update`: the minibatch update runs the configured algorithm with the configured options.
 
-The `meta` device stands in for a GPU on a CPU-only machine: a meta tensor has a shape and a device but
-no data, so any tensor the update creates on the CPU and mixes with the model's raises, and any host
-sync (`.item()`) raises too. The model uses eager attention because transformers' sdpa mask helper
-reads a value from the mask.
+A tiny fp32 model and a hand-made off-policy batch (old log-probs shifted from the model's own), so
+every metric and every parameter change of `update` can be compared, to float32 precision, with
+`gspo.algos` called directly on the whole batch. The algorithms give different numbers on this batch, so an update that
+ran the wrong one (or dropped an option, a micro-batch share, a KL term) cannot match.
 """
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gspo.algos import group_advantages
+from gspo.algos import policy_loss
+from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import build_tiny_qwen3
 from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.update import Batch, score, to_host, update
+from gspo.trainer.update import Batch, to_host, update
 
-P, T = 3, 4  # prompt and completion widths
-LENGTHS = [2, 4, 1, 3]  # completion lengths of the four sequences
+N, P, T, V = 8, 3, 5, 13
+TOL = {"rel": 1e-5, "abs": 1e-6}  # float32 model and metrics
+PARAM_TOL = {"rtol": 0, "atol": 1e-6}
+SAMPLING = SimpleNamespace(temperature=1.0, top_p=1.0, max_new_tokens=T)
+LENGTHS = [5, 1, 3, 5, 2, 4, 5, 3]  # completion tokens, eos included
+CLIP = {"clip_low": 0.05, "clip_high": 0.07}  # narrow: some tokens and sequences of the batch are clipped
 
 
-def _model(device: str, *, checkpointing: bool = False) -> torch.nn.Module:
-    model = build_tiny_qwen3(12, hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, num_kv_heads=1,
+def _model():
+    model = build_tiny_qwen3(V, hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, num_kv_heads=1,
                              seed=0)
-    model.config._attn_implementation = "eager"
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model.to(device).eval()
+    return model.eval()
 
 
-def _rollout(device: str) -> Rollout:
-    completion_mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in LENGTHS])  # [N, T]
-    ids = torch.arange(4 * (P + T)).reshape(4, P + T) % 10 + 2
-    attention = torch.cat([torch.ones(4, P, dtype=torch.long), completion_mask.long()], dim=1)
-    return Rollout(input_ids=ids, attention_mask=attention, completion_mask=completion_mask, texts=["x"] * 4,
-                   truncated=torch.tensor([False, True, False, False]), engine_logp=torch.zeros(4, T)).to(device)
+@pytest.fixture(scope="module")
+def batch() -> Batch:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, V, (N, P + T), generator=g)
+    lengths = torch.tensor(LENGTHS)
+    mask = (torch.arange(T) < lengths[:, None]).float()  # [N, T]
+    attention = torch.cat([torch.ones(N, P, dtype=torch.long), mask.long()], 1)
+    rollout = Rollout(ids, attention, mask, [""] * N, lengths == T)
+    with torch.no_grad():
+        logp, _ = completion_logprobs(_model(), ids, attention, T)
+    old_logp = (logp + 0.08 * torch.randn(N, T, generator=g)) * mask  # off-policy
+    ref_logp = (logp + 0.3 * torch.randn(N, T, generator=g)) * mask
+    adv = torch.tensor([1.2, -0.7, 0.4, -1.5, 0.9, 0.3, -0.2, -0.4])
+    return Batch(rollout, adv, old_logp, ref_logp, LENGTHS)
 
 
-def _config(algo: str, *, kl_beta: float = 0.0, aggregation: str = "seq_mean_token_mean", minibatches: int = 2):
-    return SimpleNamespace(
-        algo=SimpleNamespace(name=algo, clip_low=0.2, clip_high=0.27, options={"aggregation": aggregation} if algo == "grpo" else {},
-                             kl_beta=kl_beta),
-        train=SimpleNamespace(epochs=1, minibatches=minibatches, micro_batch_size=1, max_grad_norm=1.0,
-                              logprob_chunk=5, lr=1e-3, adam_betas=[0.9, 0.99], weight_decay=0.0, steps=1,
-                              warmup_steps=0, lr_schedule="constant"),
-        rollout=SimpleNamespace(temperature=0.7, top_p=1.0, max_new_tokens=8),
-    )
+def _algo(name="grpo", aggregation="seq_mean_token_mean", **kw):
+    options = {"aggregation": aggregation} if name == "grpo" else {}
+    return SimpleNamespace(**{"name": name, "options": options, "kl_beta": 0.0, **CLIP, **kw})
 
 
-def _run_update(model, cfg, rollout, advantages, *, old_logp=None, ref_logp=None):
-    precision = Precision(model, "fp32", next(model.parameters()).device)
-    optimizer, scheduler = make_optimizer(precision.master, cfg.train)
-    old = old_logp if old_logp is not None else torch.zeros_like(rollout.completion_mask)
-    batch = Batch(rollout, advantages, old, ref_logp, LENGTHS)
-    return update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=cfg.train,
-                  rollout=cfg.rollout, seed=0)
+def _train(**kw):
+    base = {"epochs": 1, "minibatches": 1, "micro_batch_size": None, "max_grad_norm": 1e9, "logprob_chunk": 1024,
+            "lr": 0.0, "steps": 1, "warmup_steps": 0, "lr_schedule": "constant", "adam_betas": [0.9, 0.99],
+            "weight_decay": 0.0}
+    return SimpleNamespace(**{**base, **kw})
 
 
-@pytest.mark.parametrize("algo", ["grpo", "gspo", "gspo_token"])
-def test_scoring_update_and_losses_stay_on_the_models_device(algo):
-    model, rollout = _model("meta"), _rollout("meta")
-    cfg = _config(algo, kl_beta=0.1)
-    precision = Precision(model, "fp32", torch.device("meta"))
-    old_logp, entropy = score(model, rollout, precision=precision, train=cfg.train, sampling=cfg.rollout,
-                            with_entropy=True)
-    assert old_logp.device.type == entropy.device.type == "meta"
-    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0], device="meta"), 2)
-    metrics = _run_update(model, cfg, rollout, advantages, old_logp=old_logp, ref_logp=old_logp.clone())
-    assert {"loss/policy", "policy/kl_ref", "optim/grad_norm", "optim/lr"} <= set(metrics)
-    assert {v.device.type for v in metrics.values()} == {"meta"}
-    assert {p.device.type for p in model.parameters()} == {"meta"}
-
-
-def test_a_rollout_built_on_the_cpu_moves_to_the_trainers_device_whole():
-    moved = _rollout("cpu").to(torch.device("meta"))  # what the loop does with vLLM's CPU rollout
-    tensors = [moved.input_ids, moved.attention_mask, moved.completion_mask, moved.truncated, moved.engine_logp]
-    assert [t.device.type for t in tensors] == ["meta"] * 5
-    assert moved.texts == ["x"] * 4 and moved.input_ids.dtype == torch.long
-
-
-def test_gradient_checkpointing_recomputes_the_layers_during_the_update_and_only_there():
-    calls = {}
-    for checkpointing in (False, True):
-        model = _model("cpu", checkpointing=checkpointing)
-        count = []
-        layer = model.model.layers[0]
-        layer.self_attn.q_proj.register_forward_pre_hook(lambda *_, c=count, m=layer: c.append(m.training))
-        cfg = _config("gspo")
-        _run_update(model, cfg, _rollout("cpu"), torch.tensor([1.0, -1.0, 0.5, -0.5]))
-        calls[checkpointing] = count
-        assert not model.training  # back in eval mode for rollouts and scoring
-    # four micro-batches of one sequence: one forward of the layer's q_proj each, and with checkpointing one
-    # recomputation in its backward (transformers checkpoints a layer only in training mode)
-    assert calls[False] == [True] * 4
-    assert calls[True] == [True] * 8
-
-
-def test_dr_grpo_divides_by_the_configured_max_new_tokens_not_the_batch_width():
-    model, rollout = _model("cpu"), _rollout("cpu")
-    cfg = _config("grpo", aggregation="seq_mean_token_sum_norm", minibatches=1)
+def _run(batch: Batch, algo, train, *, lr: float = 0.0, with_ref: bool = False):
+    """update() with plain SGD(lr) on a fresh model; returns (metrics, model, forward batch sizes)."""
+    model = _model()
+    sizes: list[int] = []
+    model.get_decoder().register_forward_pre_hook(lambda _m, _a, kw: sizes.append(kw["input_ids"].shape[0]),
+                                                  with_kwargs=True)
     precision = Precision(model, "fp32", torch.device("cpu"))
-    old_logp, _ = score(model, rollout, precision=precision, train=cfg.train, sampling=cfg.rollout)  # on-policy: ratios 1
-    advantages = torch.tensor([1.0, -1.0, 2.0, 0.0])
-    metrics = to_host(_run_update(model, cfg, rollout, advantages, old_logp=old_logp))
-    # -1/N sum_i 1/max_new_tokens sum_t A_i = -(2*1 + 4*(-1) + 1*2 + 3*0) / 8 / 4 = 0
-    assert metrics["loss/policy"] == pytest.approx(0.0, abs=1e-7)
-    advantages = torch.tensor([1.0, 0.0, 0.0, 0.0])
-    metrics = to_host(_run_update(_model("cpu"), cfg, rollout, advantages, old_logp=old_logp))
-    # -(2 * 1) / 8 / 4 = -0.0625; dividing by the batch's width (T = 4) would give -0.125
-    assert metrics["loss/policy"] == pytest.approx(-0.0625, rel=1e-6)
+    opt = torch.optim.SGD(precision.master, lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
+    b = batch if with_ref else Batch(batch.rollout, batch.advantages, batch.old_logp, None, LENGTHS)
+    metrics = update(model, opt, sched, b, precision=precision, algo=algo, train=train, rollout=SAMPLING, seed=0)
+    return to_host(metrics), model, sizes
+
+
+def _expected(batch: Batch, algo, *, with_ref: bool = False):
+    """The whole batch through gspo.algos directly: (loss, metrics, gradient per parameter)."""
+    model = _model()
+    r = batch.rollout
+    logp, _ = completion_logprobs(model, r.input_ids, r.attention_mask, T)
+    loss, metrics = policy_loss(
+        algo.name, logp=logp, old_logp=batch.old_logp, advantages=batch.advantages, mask=r.completion_mask,
+        clip_low=algo.clip_low, clip_high=algo.clip_high, **algo.options, max_len=T,
+        ref_logp=batch.ref_logp if with_ref else None, kl_beta=algo.kl_beta, seq_denominator=float(N),
+        token_denominator=float(r.completion_mask.sum()))
+    loss.backward()
+    return loss, {k: float(v) for k, v in metrics.items()}, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _assert_metrics_equal(got: dict, want: dict) -> None:
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, **TOL), key
+
+
+CASES = [("grpo", "seq_mean_token_mean"), ("grpo", "token_mean"), ("gspo", "seq_mean_token_mean"),
+         ("gspo_token", "seq_mean_token_mean")]
+
+
+def _per_token_advantages(batch: Batch) -> Batch:
+    """gspo_token's own input: A_it varying along each sequence ([N, T]); gspo would reject it."""
+    g = torch.Generator().manual_seed(1)
+    adv = batch.advantages[:, None] * (1 + 0.5 * torch.randn(N, T, generator=g))
+    return Batch(batch.rollout, adv, batch.old_logp, batch.ref_logp, LENGTHS)
+
+
+@pytest.mark.parametrize(("name", "aggregation"), CASES)
+def test_update_runs_the_configured_algorithm_and_aggregation(batch, name, aggregation):
+    algo = _algo(name, aggregation=aggregation)
+    if name == "gspo_token":
+        batch = _per_token_advantages(batch)
+    metrics, _, _ = _run(batch, algo, _train())
+    _, want, _ = _expected(batch, algo)
+    _assert_metrics_equal(metrics, want)
+
+
+def test_the_cases_differ_so_a_wrong_algorithm_or_aggregation_would_show(batch):
+    losses = {case: _expected(_per_token_advantages(batch) if case[0] == "gspo_token" else batch,
+                              _algo(case[0], aggregation=case[1]))[1]["loss/policy"] for case in CASES}
+    values = sorted(losses.values())
+    assert all(b - a > 1e-4 for a, b in zip(values, values[1:], strict=False)), losses
+
+
+def test_gspo_token_equals_gspo_in_the_update(batch):
+    # DESIGN: equal in value and gradient when A_it = A_i; the update must not add a per-token length weight
+    grads = {}
+    for name in ("gspo", "gspo_token"):
+        _, model, _ = _run(batch, _algo(name), _train(), lr=1.0)
+        grads[name] = [p.detach().clone() for p in model.parameters()]
+    for a, b in zip(grads["gspo"], grads["gspo_token"], strict=True):
+        torch.testing.assert_close(a, b, **PARAM_TOL)
+
+
+@pytest.mark.parametrize("micro", [None, 3, 1])
+def test_micro_batches_give_the_whole_batch_step_and_metrics(batch, micro):
+    """Gradient accumulation: the same step and the same metrics for any micro-batch size, and no forward
+    in the update sees more rows than a micro-batch."""
+    algo = _algo("grpo")
+    lr = 0.5
+    metrics, model, sizes = _run(batch, algo, _train(micro_batch_size=micro), lr=lr)
+    _, want, grads = _expected(batch, algo)
+    _assert_metrics_equal(metrics, want)
+    assert max(sizes) == (micro or N) and sum(sizes) == N
+    start = dict(_model().named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), start[name].detach() - lr * grads[name], **PARAM_TOL)
+
+
+def test_kl_term_reaches_the_loss_and_policy_kl_ref(batch):
+    algo = _algo("gspo", kl_beta=0.1)
+    lr = 0.5
+    metrics, model, _ = _run(batch, algo, _train(micro_batch_size=3), lr=lr, with_ref=True)
+    _, want, grads = _expected(batch, algo, with_ref=True)
+    assert want["policy/kl_ref"] > 0.01  # the reference differs from the policy on this batch
+    _assert_metrics_equal(metrics, want)
+    start = dict(_model().named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), start[name].detach() - lr * grads[name], **PARAM_TOL)
+    # the KL term is in the gradient: beta = 0.1 moves the parameters differently from beta = 0
+    _, model0, _ = _run(batch, _algo("gspo"), _train(micro_batch_size=3), lr=lr, with_ref=True)
+    assert any((a - b).abs().max() > 1e-6 for a, b in zip(model.parameters(), model0.parameters(), strict=True))
+
+
+def test_epochs_and_minibatches_are_optimizer_steps(batch):
+    """E epochs x M minibatches: E*M optimizer steps, each over its own shuffled shard; the metrics are
+    the mean over those updates (lr=0, so each shard is measured against the same model)."""
+    algo = _algo("grpo")
+    model = _model()
+    precision = Precision(model, "fp32", torch.device("cpu"))
+    opt = torch.optim.SGD(precision.master, lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
+    b = Batch(batch.rollout, batch.advantages, batch.old_logp, None, LENGTHS)
+    metrics = to_host(update(model, opt, sched, b, precision=precision, algo=algo, train=_train(epochs=3, minibatches=2),
+                             rollout=SAMPLING, seed=7))
+    assert sched.last_epoch == 6
+    gen = torch.Generator().manual_seed(7)
+    orders = [torch.randperm(N, generator=gen).tolist() for _ in range(3)]
+    shards = [torch.tensor(order[s : s + N // 2]) for order in orders for s in (0, N // 2)]
+    r = batch.rollout
+    logp, _ = completion_logprobs(_model(), r.input_ids, r.attention_mask, T)
+    losses = []
+    for idx in shards:
+        m = r.completion_mask[idx]
+        loss, _ = policy_loss("grpo", logp=logp[idx], old_logp=batch.old_logp[idx], advantages=batch.advantages[idx],
+                              mask=m, aggregation="seq_mean_token_mean", seq_denominator=float(len(idx)),
+                              token_denominator=float(m.sum()), **CLIP)
+        losses.append(float(loss.detach()))
+    assert metrics["loss/policy"] == pytest.approx(sum(losses) / 6, **TOL)
+    assert len({round(x, 12) for x in losses}) > 1  # shards differ, so a wrong shard count would show
+
+
+def test_lr_schedules_with_warmup_by_hand():
+    """total = steps * M * E optimizer steps; linear warmup over warmup_steps, then decay to 0."""
+    want = {
+        "constant": [1 / 2, 1, 1, 1, 1, 1],
+        "linear": [1 / 2, 1, 1, 0.75, 0.5, 0.25],
+        "cosine": [1 / 2, 1, 1, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4))],
+    }
+    for schedule, factors in want.items():
+        train = _train(lr=0.1, steps=3, minibatches=2, warmup_steps=2, lr_schedule=schedule)
+        opt, sched = make_optimizer(_model().parameters(), train)
+        seen = []
+        for _ in range(6):
+            seen.append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+        assert seen == pytest.approx([0.1 * f for f in factors], rel=1e-12), schedule
+
+
+def test_update_reports_the_scheduled_lr(batch):
+    model = _model()
+    precision = Precision(model, "fp32", torch.device("cpu"))
+    train = _train(lr=0.1, steps=1, minibatches=2, lr_schedule="linear")  # 2 optimizer steps: factors 1, 0.5
+    opt, sched = make_optimizer(precision.master, train)
+    b = Batch(batch.rollout, batch.advantages, batch.old_logp, None, LENGTHS)
+    metrics = to_host(update(model, opt, sched, b, precision=precision, algo=_algo("grpo"), train=train,
+                             rollout=SAMPLING, seed=0))
+    assert metrics["optim/lr"] == pytest.approx(0.1 * (1 + 0.5) / 2, rel=1e-6)
