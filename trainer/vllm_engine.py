@@ -69,6 +69,7 @@ import torch
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.rollout import Rollout, completion_mask_from_eos, eos_ids_of
+from gspo.trainer.scoring import ENGINE, old_logp_origin
 
 PROCESSED_LOGPROBS_SINCE = (0, 10, 2)  # first vLLM whose LLM(...) takes logprobs_mode="processed_logprobs"
 
@@ -376,7 +377,7 @@ class _VLLMEngine:
         r = cfg.rollout
         self.tokenizer = tokenizer
         self.temperature, self.top_p, self.max_new_tokens = r.temperature, r.top_p, r.max_new_tokens
-        self.batch_size, self.want_logprobs = r.batch_size, cfg.algo.old_logp_source == "engine"
+        self.batch_size, self.want_logprobs = r.batch_size, old_logp_origin(cfg.algo) == ENGINE
         self.eos_ids = eos_ids_of(model, tokenizer)
         extra = logprob_engine_kwargs(vllm.__version__, temperature=r.temperature,
                                       v0_engine=os.environ.get("VLLM_USE_V1") == "0") if self.want_logprobs else {}
