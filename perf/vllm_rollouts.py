@@ -45,7 +45,7 @@ def _setup(model_name: str, overrides: list[str]):
 
 
 def _hf(cfg, model, tok, **kw):
-    from gspo.trainer.rollout import HFEngine
+    from gspo.trainer.hf_engine import HFEngine
 
     r = cfg.rollout
     return HFEngine(model, tok, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,

@@ -8,8 +8,8 @@ import importlib.util
 
 from gspo.conf.errors import GspoError
 from gspo.trainer import vllm_engine
+from gspo.trainer.hf_engine import HFEngine
 from gspo.trainer.models import DTYPES
-from gspo.trainer.rollout import HFEngine
 from gspo.trainer.scoring import ENGINE, old_logp_origin
 
 

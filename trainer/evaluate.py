@@ -16,11 +16,11 @@ from gspo.evals.benchmarks.types import is_count
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer import fsdp
 from gspo.trainer.engines import make_engine
+from gspo.trainer.hf_engine import HFEngine
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.models import pick_device
 from gspo.trainer.policy import load_policy
 from gspo.trainer.progress import Progress
-from gspo.trainer.rollout import HFEngine
 from gspo.trainer.rundir import RunDir, checkpoint_problem, checkpoint_step
 from gspo.trainer.seeds import step_seed
 from gspo.trainer.task_types import Task, prompt_text

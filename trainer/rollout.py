@@ -1,4 +1,5 @@
-"""Rollout engines: turn prompts into sampled completions with correct masks.
+"""What an engine returns (`Rollout`), its masks, and the per-row sampler both engines' rows are drawn with;
+the engines themselves are hf_engine.py and vllm_engine.py.
 
 A completion's mask covers every generated token up to and including its first end-of-sequence token;
 what comes after is padding. The mask is never derived by comparing tokens with the pad id, because
@@ -9,16 +10,12 @@ hide the real end of each answer from the loss (tiny-grpo's bug).
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor
 
-from gspo.trainer import fsdp
 from gspo.trainer.logprobs import sampling_logits
-from gspo.trainer.moe import DecodeRouting
 
 
 @dataclass
@@ -66,159 +63,6 @@ def completion_mask_from_eos(completion: torch.Tensor, eos_ids: list[int]) -> tu
     seen_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # an eos occurred strictly earlier
     mask = (~seen_before).float()
     return mask, ~is_eos.any(-1)
-
-
-class HFEngine:
-    """Sampling with the trained transformers model itself, on any device.
-
-    `sampler="lean"` (the default) runs its own decoding loop: one prefill, then one forward per new token
-    on a KV cache, drawing each token from softmax(sampling_logits(logits)), the distribution the trainer
-    scores, with row i's own counter-based uniforms (`RowSampler`, seeded seed + i), exactly as `generate` draws it
-    through the same sampler (same tokens from the same seed). It
-    also returns the log-prob of each chosen token and the entropy of each step's distribution, from the
-    logits it samples from: at the trainer's precision these are the old policy's (algo.old_logp_source=
-    auto). `sampler="generate"` calls transformers' `generate`, the general reference.
-    """
-
-    def __init__(self, model, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int,
-                 batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None,
-                 sampler: str = "lean", record_routing: bool = False):
-        self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
-        self.record_routing = record_routing  # MoE, lean sampler: keep the experts each decoding forward chose (R3)
-        # a sampler in lower precision than the trainer (rollout.dtype): the mismatch inference engines have
-        self.autocast_dtype = autocast_dtype
-        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
-        self.batch_size, self.want_logprobs = batch_size, want_logprobs
-        self.eos_ids = eos_ids_of(model, tokenizer)
-        self.cache_keyword = cache_keyword(model)
-
-    def _generation_config(self, max_new_tokens: int) -> GenerationConfig:
-        # always transformers' greedy search: when sampling, RowSampler has already reduced each row's
-        # scores to the one token it drew
-        return _neutral_config(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
-                               pad_token_id=self.tokenizer.pad_token_id, return_dict_in_generate=True,
-                               output_logits=self.want_logprobs)
-
-    def sync_weights(self, model) -> None:
-        """Nothing to do: generation runs on the trained model itself."""
-
-    @torch.no_grad()
-    def generate(self, prompts: list[str], *, seed: int, greedy: bool = False,
-                 max_new_tokens: int | None = None) -> Rollout:
-        """Complete each prompt once (repeat a prompt G times for a group); prompt i samples with seed + i (as
-        the vLLM engine's requests do), so a completion does not depend on the batch it shares: a rank that
-        generates rows [a, b) of a step with seed + a draws what one process generating them all draws."""
-        parts = [
-            self._generate_batch(prompts[i : i + self.batch_size], seed=seed + i, greedy=greedy,
-                                 max_new_tokens=max_new_tokens or self.max_new_tokens)
-            for i in range(0, len(prompts), self.batch_size)
-        ]
-        return parts[0] if len(parts) == 1 else concat_rollouts(parts, self.tokenizer.pad_token_id)
-
-    def _generate_batch(self, prompts: list[str], *, seed: int, greedy: bool, max_new_tokens: int) -> Rollout:
-        device = next(self.model.parameters()).device
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        config = self._generation_config(max_new_tokens)
-        sampler = None if greedy else RowSampler([seed + j for j in range(len(prompts))], device,
-                                                 temperature=self.temperature, top_p=self.top_p)
-        was_training, saved = self.model.training, self.model.generation_config
-        self.model.eval()
-        # transformers fills any value left at its global default from the model's own generation config
-        # (Qwen3 ships top_k=20, top_p=0.95, ...), so the neutral config stands in for it during the call:
-        # the sampler must draw from softmax(logits / T) (with top-p) exactly, as the trainer scores it
-        self.model.generation_config = config
-        engine_logp = engine_entropy = routing = None
-        try:
-            with torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-                if self.sampler == "lean":
-                    with DecodeRouting(self.model) if self.record_routing else nullcontext() as experts:
-                        completion, engine_logp, engine_entropy = self._decode(
-                            enc.input_ids, enc.attention_mask, sampler=sampler, max_new_tokens=max_new_tokens,
-                            experts=experts)
-                    if experts is not None:
-                        routing = experts.experts(enc.input_ids.shape[1] + completion.shape[1])
-                else:
-                    out = self.model.generate(**enc, generation_config=config, synced_gpus=fsdp.is_sharded(self.model),
-                                              logits_processor=LogitsProcessorList([sampler] if sampler else []))
-                    completion = out.sequences[:, enc.input_ids.shape[1]:]  # [N, T]
-        finally:
-            self.model.generation_config = saved
-            self.model.train(was_training)
-            fsdp.reshard(self.model)
-        mask, truncated = completion_mask_from_eos(completion, self.eos_ids)
-        completion = torch.where(mask.bool(), completion, torch.full_like(completion, self.tokenizer.pad_token_id))
-        if self.sampler != "lean" and self.want_logprobs:
-            logits = sampling_logits(torch.stack(out.logits, dim=1), self.temperature, self.top_p)  # [N, T, V]
-            engine_logp = torch.log_softmax(logits, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-        return Rollout(
-            input_ids=torch.cat([enc.input_ids, completion], dim=1),
-            attention_mask=torch.cat([enc.attention_mask, mask.long()], dim=1),
-            completion_mask=mask,
-            texts=self.tokenizer.batch_decode(completion, skip_special_tokens=True),
-            truncated=truncated,
-            engine_logp=engine_logp * mask if engine_logp is not None else None,
-            engine_entropy=engine_entropy * mask if engine_entropy is not None else None,
-            routing=routing,
-        )
-
-    def _decode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, sampler: RowSampler | None,
-                max_new_tokens: int, experts: DecodeRouting | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """The lean sampling loop: [N, P] left-padded prompts -> completion ids [N, T] (pad after a row's
-        eos; T <= max_new_tokens, shorter when every row ended), and when sampling (`sampler` given; None is
-        greedy) the chosen tokens' log-probs [N, T] and the entropies [N, T] of the sampling distribution.
-        Row i draws with its own uniforms (`sampler`, seeded seed + i), the draws `generate` makes with the
-        same sampler, token for token; ended rows keep their place, and it checks once per token whether
-        every row has ended (one host sync per token). Under FSDP every rank decodes until all ranks' rows
-        have ended (each forward is a collective), as transformers' synced_gpus does."""
-        greedy = sampler is None
-        lockstep = fsdp.is_sharded(self.model)
-        n = input_ids.shape[0]
-        pad = self.tokenizer.pad_token_id
-        eos = torch.tensor(self.eos_ids, device=input_ids.device)
-        position = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        if experts is not None:
-            experts.next_forward(n)
-        kv = {self.cache_keyword: cache}
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position, **kv,
-                         use_cache=True, logits_to_keep=1)
-        position = position[:, -1:]
-        ones = attention_mask.new_ones(n, 1)
-        done = torch.zeros(n, dtype=torch.bool, device=input_ids.device)
-        tokens, logps, ents = [], [], []
-        for t in range(max_new_tokens):
-            logits = sampling_logits(out.logits[:, -1].float(), self.temperature, self.top_p)  # [N, V]
-            if greedy:
-                token = logits.argmax(-1)
-            else:
-                probs, logp = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
-                token = sampler.draw(probs)  # row i at its own uniform, as generate draws it
-                logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
-                ents.append(-(probs * logp).sum(-1))
-            token = token.masked_fill(done, pad)
-            tokens.append(token)
-            done = done | torch.isin(token, eos)
-            if t + 1 == max_new_tokens or (fsdp.all_done(bool(done.all())) if lockstep else bool(done.all())):
-                break
-            attention_mask = torch.cat([attention_mask, ones], dim=1)
-            position = position + 1
-            if experts is not None:
-                experts.next_forward(n)
-            out = self.model(input_ids=token.unsqueeze(1), attention_mask=attention_mask, position_ids=position, **kv,
-                             use_cache=True)
-        completion = torch.stack(tokens, dim=1)
-        if greedy:
-            return completion, None, None
-        return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
-
-
-def cache_keyword(model) -> str:
-    """The keyword the model's forward takes its KV cache by: `cache` where the installed transformers has
-    it (5.x deprecates `past_key_values`, with a FutureWarning in every process), else `past_key_values`
-    (older versions). A LoRA model is asked through its base model, whose forward names its arguments."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def _int64(c: int) -> int:
@@ -275,11 +119,6 @@ class RowSampler(LogitsProcessor):
         probs = torch.softmax(sampling_logits(scores.float(), self.temperature, self.top_p), dim=-1)  # [n, V]
         chosen = self.draw(probs).unsqueeze(-1)  # [n, 1]
         return torch.full_like(scores, float("-inf")).scatter_(-1, chosen, 0.0)
-
-
-def _neutral_config(**values) -> GenerationConfig:
-    return GenerationConfig(repetition_penalty=1.0, no_repeat_ngram_size=0, min_p=None,
-                            typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0, length_penalty=1.0, **values)
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:

@@ -148,8 +148,8 @@ def test_routing_replay_on_a_dense_model_is_one_line(gspo):
 
 def _moe_engine(dtype):
     from gspo.evals.arith import ALPHABET
+    from gspo.trainer.hf_engine import HFEngine
     from gspo.trainer.models import build_char_tokenizer
-    from gspo.trainer.rollout import HFEngine
 
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,

@@ -50,8 +50,8 @@ def test_an_eval_in_chunks_draws_what_one_batch_draws_and_counts_problems():
     from gspo.evals.arith import ALPHABET
     from gspo.evals.benchmarks.arith import arith_benchmark
     from gspo.trainer.evaluate import eval_benchmark
+    from gspo.trainer.hf_engine import HFEngine
     from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-    from gspo.trainer.rollout import HFEngine
 
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=1, intermediate_size=64, num_heads=2,

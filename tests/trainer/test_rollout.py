@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from gspo.evals.arith import ALPHABET
+from gspo.trainer.hf_engine import HFEngine
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.rollout import HFEngine, Rollout, completion_mask_from_eos, concat_rollouts
+from gspo.trainer.rollout import Rollout, completion_mask_from_eos, concat_rollouts
 
 PROMPTS = ["12+345=", "7*8=", "9+9=", "4021*3="]  # different lengths: the batch is left-padded
 
@@ -376,7 +377,7 @@ def test_a_lora_model_is_asked_through_its_base():
 
     from peft import LoraConfig, get_peft_model
 
-    from gspo.trainer.rollout import cache_keyword
+    from gspo.trainer.hf_engine import cache_keyword
 
     model, _ = _tiny()
     lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))

@@ -9,9 +9,9 @@ import torch
 from transformers.generation.logits_process import TopPLogitsWarper
 
 from gspo.evals.arith import ALPHABET
+from gspo.trainer.hf_engine import HFEngine
 from gspo.trainer.logprobs import OUTSIDE_NUCLEUS, completion_logprobs, sampling_logits
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.rollout import HFEngine
 
 
 def test_nucleus_by_hand():

@@ -18,8 +18,8 @@ import torch
 
 from gspo.conf import GspoError, compose_config
 from gspo.evals.arith import ALPHABET
+from gspo.trainer.hf_engine import HFEngine
 from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.rollout import HFEngine
 from gspo.trainer.vllm_engine import (
     Platform,
     engine_dtype,
