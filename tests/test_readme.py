@@ -1,4 +1,4 @@
-"""The README cannot drift from the CLI: every `gspo ...` command in its code blocks parses (click parses
+"""The README cannot drift from the CLI: every `gspo ...` command in its code blocks (and its docs/ pages') parses (click parses
 each command's options and arguments; Hydra's parser each override, whose key the schema has), its group
 table names every preset, and every metric a run logs is documented."""
 
@@ -21,9 +21,14 @@ GROUPS = ("algo", "model", "task", "rollout", "logger")
 HYDRA_FLAGS = {"--cfg", "job", "hydra", "all", "--resolve", "--info", "-m", "--multirun", "--help"}
 
 
+DOCS = sorted((README.parent / "docs").glob("*.md"))  # the pages the README links for the details
+
+
 def readme_commands() -> list[str]:
-    """Each `gspo ...` command in the README's code blocks, continuation lines joined, `<id>` -> `x`."""
-    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    """Each `gspo ...` command in the code blocks of the README and its docs/ pages, continuation lines joined,
+    `<id>` -> `x`."""
+    text = "\n".join(p.read_text() for p in [README, *DOCS])
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
     commands = []
     for line in "\n".join(blocks).replace("\\\n", " ").splitlines():
         tokens = shlex.split(re.sub(r"<[^>]+>", "x", line), comments=True)
