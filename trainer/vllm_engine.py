@@ -184,28 +184,26 @@ _LOCAL_WORKER_PATHS = tuple(p.removesuffix(".model_runner.model") for p in _LOCA
 SYNC_MODES = ("load_weights", "reload")
 
 
-def find_local_worker(llm):
-    """The vLLM worker (with `reload_weights`) when the engine runs in this process, else None."""
-    for path in _LOCAL_WORKER_PATHS[::-1]:  # the innermost first: a V1 wrapper forwards attributes
+def _first_with(llm, paths, attribute: str):
+    """The first object reached by one of `paths` (dotted attributes of `llm`) that has `attribute`, else None."""
+    for path in paths:
         try:
             obj = functools.reduce(getattr, path.split("."), llm)
         except AttributeError:
             continue
-        if hasattr(obj, "reload_weights"):
+        if hasattr(obj, attribute):
             return obj
     return None
+
+
+def find_local_worker(llm):
+    """The vLLM worker (with `reload_weights`) when the engine runs in this process, else None."""
+    return _first_with(llm, _LOCAL_WORKER_PATHS[::-1], "reload_weights")  # innermost first: a V1 wrapper forwards
 
 
 def find_local_model(llm):
     """The vLLM model object when the engine runs in this process, else None."""
-    for path in _LOCAL_MODEL_PATHS:
-        try:
-            obj = functools.reduce(getattr, path.split("."), llm)
-        except AttributeError:
-            continue
-        if hasattr(obj, "load_weights"):
-            return obj
-    return None
+    return _first_with(llm, _LOCAL_MODEL_PATHS, "load_weights")
 
 
 def push_weights(llm, state_dict: dict[str, torch.Tensor], local=None, *, mode: str = "load_weights") -> None:
