@@ -314,9 +314,11 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
                                         rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
         old_logp, entropy, ref_logp = old_logprobs(ctx, rollout)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
+        prompt = rollout.attention_mask[:, : rollout.input_ids.shape[1] - rollout.n_completion]
+        pad_left = (prompt.shape[1] - prompt.sum(-1)).long().tolist()  # [N] (left-padded prompts)
         # a mismatch correction scales the advantages; the loss's old log-probs are the sampler's or the trainer's
         advantages, loss_old_logp, correction = corrected(algo, advantages, old_logp, rollout)
-        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, ctx.routing)
+        batch = Batch(rollout, advantages, loss_old_logp, ref_logp, lengths, ctx.routing, pad_left)
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
         metrics = to_host(run_updates(ctx, batch, seed=step_seed(ctx.seed, step, "shuffle"),

@@ -54,6 +54,13 @@ class Batch:
     ref_logp: torch.Tensor | None  # [N, T]
     lengths: list[int]  # [N] completion lengths |y_i| on the host (read once from the completion mask)
     routing: RoutingRecorder | None = None  # the old policy's expert choices (MoE models)
+    pad_left: list[int] | None = None  # [N] each row's left padding before its prompt (host); None: unknown
+
+    def sizes(self) -> list[int]:
+        """[N] each row's tokens (prompt and completion) on the host, what a micro-batch's width is made of."""
+        prompt = self.rollout.input_ids.shape[1] - self.rollout.n_completion
+        pads = self.pad_left or [0] * len(self.lengths)
+        return [prompt - pad + n for pad, n in zip(pads, self.lengths, strict=True)]
 
 
 @dataclass
@@ -156,10 +163,16 @@ def _nonfinite_guard(optimizer, metrics: dict, done: list[dict], kinds: dict[str
     return guard
 
 
-def micro_batches(idx: list[int], micro_batch_size: int | None, world: World) -> list[list[int]]:
+def micro_batches(idx: list[int], micro_batch_size: int | None, world: World,
+                  sizes: list[int] | None = None) -> list[list[int]]:
     """A minibatch's rows `idx` in the micro-batches one process runs (`micro_batch_size` rows each; unset:
-    the whole minibatch in one process, 1/W of it with W processes), before they are dealt to ranks."""
+    the whole minibatch in one process, 1/W of it with W processes), before they are dealt to ranks. With
+    `sizes` (each row's tokens) and more than one micro-batch, the rows are first sorted by size (stable), so
+    rows of like length share a micro-batch and each pads to its own longest row: the same sum of the same
+    per-row terms, in another order, over fewer padding tokens."""
     micro = micro_batch_size or -(-len(idx) // world.size)
+    if sizes is not None and micro < len(idx):
+        idx = sorted(idx, key=lambda i: sizes[i])
     return [idx[s : s + micro] for s in range(0, len(idx), micro)]
 
 
@@ -171,7 +184,7 @@ def _minibatch_grads(ctx: StepContext, batch: Batch, idx: list[int], state: _Pas
     n_tok = sum(batch.lengths[i] for i in idx)
     den = (float(len(idx)), float(max(1, n_tok)))  # the minibatch's sequences and tokens
     sums = MetricSums(state.kinds, batch.advantages.device)
-    parts = micro_batches(idx, ctx.train.micro_batch_size, world)
+    parts = micro_batches(idx, ctx.train.micro_batch_size, world, batch.sizes())
     sharded = fsdp.is_sharded(ctx.model)
     # [distributed] micro-batches in contiguous blocks per rank (round-robin under FSDP, whose every rank runs
     # as many forwards and backwards, its collectives, a rank past its share a dummy one of zero weight)
@@ -193,8 +206,11 @@ def _micro_loss(ctx: StepContext, batch: Batch, part: list[int], used: list | No
     denominators; `used` None: an FSDP dummy turn, neither replayed nor counted."""
     r, algo = batch.rollout, ctx.algo
     rows = torch.tensor(part, device=batch.advantages.device)
-    width = max(batch.lengths[i] for i in part) or 1  # drop all-padding columns at the right
-    cols = slice(0, r.input_ids.shape[1] - r.n_completion + width)
+    # drop all-padding columns: at the right (completions end) and at the left (prompts start), which changes
+    # no token's position or attention (positions count attended tokens; padding is never attended)
+    width = max(batch.lengths[i] for i in part) or 1
+    left = min(batch.pad_left[i] for i in part) if batch.pad_left else 0
+    cols = slice(left, r.input_ids.shape[1] - r.n_completion + width)
     if batch.routing is not None:  # stays set through backward, which may recompute this forward
         if used is None:
             batch.routing.stop()

@@ -15,12 +15,13 @@ import pytest
 import torch
 
 from gspo.algos import policy_loss
+from gspo.trainer.distributed import World
 from gspo.trainer.logprobs import completion_logprobs
 from gspo.trainer.models import build_tiny_qwen3
 from gspo.trainer.precision import Precision
 from gspo.trainer.rollout import Rollout
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.update import Batch, to_host, update
+from gspo.trainer.update import Batch, micro_batches, to_host, update
 
 N, P, T, V = 8, 3, 5, 13
 TOL = {"rel": 1e-5, "abs": 1e-6}  # float32 model and metrics
@@ -145,6 +146,54 @@ def test_micro_batches_give_the_whole_batch_step_and_metrics(batch, micro):
     _, want, grads = _expected(batch, algo)
     _assert_metrics_equal(metrics, want)
     assert max(sizes) == (micro or N) and sum(sizes) == N
+    start = dict(_model().named_parameters())
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.detach(), start[name].detach() - lr * grads[name], **PARAM_TOL)
+
+
+def _left_padded(batch: Batch) -> tuple[Batch, list[int]]:
+    """The batch with prompts of different lengths: row i's first PADS[i] prompt tokens are left padding."""
+    pads = [2, 0, 1, 2, 0, 1, 2, 1]
+    r = batch.rollout
+    attention = r.attention_mask.clone()
+    for i, pad in enumerate(pads):
+        attention[i, :pad] = 0
+    ids = r.input_ids.masked_fill(attention == 0, 0)
+    rollout = Rollout(ids, attention, r.completion_mask, r.texts, r.truncated)
+    with torch.no_grad():
+        logp, _ = completion_logprobs(_model(), ids, attention, T)
+    g = torch.Generator().manual_seed(2)
+    old = (logp + 0.08 * torch.randn(N, T, generator=g)) * r.completion_mask
+    return Batch(rollout, batch.advantages, old, None, LENGTHS, None, pads), pads
+
+
+def test_micro_batches_sort_by_length_and_trim_padding_without_changing_the_step(batch):
+    """Length-sorted micro-batches (issue 26): rows of like size share a micro-batch, each forward drops the
+    all-padding columns at both ends, and the step and the metrics are the whole batch's (only the order
+    of sums differs)."""
+    padded, pads = _left_padded(batch)
+    sizes = padded.sizes()
+    assert sizes == [P - pad + n for pad, n in zip(pads, LENGTHS, strict=True)]
+    idx = [3, 1, 6, 0, 5, 2, 7, 4]
+    parts = micro_batches(idx, 3, World(), sizes)
+    assert [sizes[i] for part in parts for i in part] == sorted(sizes)  # sorted, stable
+    assert micro_batches(idx, None, World(), sizes) == [idx]  # one micro-batch: the order is left alone
+    algo, lr = _algo("grpo"), 0.5
+    model = _model()
+    widths: list[int] = []
+    model.get_decoder().register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    precision = Precision(model, "fp32", torch.device("cpu"))
+    opt = torch.optim.SGD(precision.master, lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
+    metrics = to_host(update(model, opt, sched, padded, precision=precision, algo=algo, train=_train(micro_batch_size=3),
+                             rollout=SAMPLING, seed=0))
+    order = sorted(torch.randperm(N, generator=torch.Generator().manual_seed(0)).tolist(), key=lambda i: sizes[i])
+    want_widths = [P - min(pads[i] for i in part) + max(LENGTHS[i] for i in part)
+                   for part in (order[s : s + 3] for s in range(0, N, 3))]
+    assert widths == want_widths and sum(want_widths) < 3 * (P + T)  # fewer columns than one padded block
+    _, want, grads = _expected(padded, algo)
+    _assert_metrics_equal(metrics, want)
     start = dict(_model().named_parameters())
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.detach(), start[name].detach() - lr * grads[name], **PARAM_TOL)
