@@ -18,7 +18,7 @@ hub; a character tokenizer padded to Qwen3's vocabulary) instead of the embedded
 noise and its rewards 0, but the arithmetic of generation and update is that of the real model.
 
 Printed per arm: seconds per rollout batch and per optimizer step, the split (generation, grading, old
-log-probs, update, overhead), generated tokens/s, peak RSS, startup; then the ratios TRL / gspo (median
+log-probs, update, overhead), generated tokens/s, peak RSS, startup, the first (warm-up) batch's seconds (where a compile is paid); then the ratios TRL / gspo (median
 of the per-repeat ratios). The work check compares the prompts (a hash of every rollout's prompt list in
 order), the number of completions and their mean length.
 """
@@ -91,8 +91,9 @@ def run_gspo(args, work: dict) -> dict:
     from gspo.conf.compose import compose_config
     from gspo.trainer.context import StepContext
     from gspo.trainer.engines import make_engine
+    from gspo.trainer.logprobs import compile_body
     from gspo.trainer.loop import format_prompts, train_step
-    from gspo.trainer.models import load_pretrained
+    from gspo.trainer.models import cache_root, load_pretrained
     from gspo.trainer.precision import Precision
     from gspo.trainer.state import make_optimizer
     from gspo.trainer.tasks import build_task
@@ -102,6 +103,8 @@ def run_gspo(args, work: dict) -> dict:
     model.eval()
     device = torch.device(args.device)
     model.to(device)
+    if cfg.train.compile:  # as the trainer's _policy does: the compile lands in the first (warm-up) batch
+        compile_body(model, cache_root(cfg.model.tiny.cache_dir))
     precision = Precision(model, "fp32", device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
@@ -252,7 +255,8 @@ def summarise(res: dict, warmup: int, updates: int) -> dict:
     mean = {k: statistics.fmean(b[k] for b in kept) for k in ("wall", "cpu", *PHASES, "len_mean", "tokens")}
     return {**mean, "per_update": mean["wall"] / updates, "tokens_per_s": mean["tokens"] / mean["wall"],
             "prompts": [b["prompts"] for b in res["batches"]], "completions": [b["completions"] for b in kept],
-            "peak_rss_mb": res["peak_rss_mb"], "startup": res["startup"]}
+            "peak_rss_mb": res["peak_rss_mb"], "startup": res["startup"],
+            "first": res["batches"][0]["wall"]}  # the first (warm-up) batch: a compile's cost is paid there
 
 
 def _med(rows: list[dict], key: str) -> float:
@@ -285,13 +289,13 @@ def report(args, result: dict, work: dict) -> None:
     for arm, cfg in result["configs"].items():
         print(f"  {arm} config: {json.dumps(cfg)}")
     head = f"  {'arm':>4} {'s/batch':>8} {'cpu s':>7} {'s/step':>7} " + " ".join(f"{p:>10}" for p in PHASES) + \
-        f" {'tok/s':>7} {'RSS MiB':>8} {'startup':>8} {'len':>6}"
+        f" {'tok/s':>7} {'RSS MiB':>8} {'startup':>8} {'first':>7} {'len':>6}"
     print(head)
     for arm, rows in runs.items():
         print(f"  {arm:>4} {_med(rows, 'wall'):8.3f} {_med(rows, 'cpu'):7.3f} {_med(rows, 'per_update'):7.3f} "
               + " ".join(f"{_med(rows, p):10.3f}" for p in PHASES)
               + f" {_med(rows, 'tokens_per_s'):7.0f} {max(r['peak_rss_mb'] for r in rows):8.0f}"
-              f" {_med(rows, 'startup'):8.1f} {_med(rows, 'len_mean'):6.1f}")
+              f" {_med(rows, 'startup'):8.1f} {_med(rows, 'first'):7.2f} {_med(rows, 'len_mean'):6.1f}")
     if set(runs) == {"gspo", "trl"}:
         ratio = statistics.median(t["wall"] / g["wall"] for t, g in zip(runs["trl"], runs["gspo"], strict=True))
         cpu = statistics.median(t["cpu"] / g["cpu"] for t, g in zip(runs["trl"], runs["gspo"], strict=True))

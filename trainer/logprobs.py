@@ -13,11 +13,14 @@ left the nucleus after an update gives a ratio of 0 instead of NaN.
 
 from __future__ import annotations
 
+import os
 import weakref
+from pathlib import Path
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own setting for where compiled kernels are kept
 OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any real logit
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled body
 # A sharded model (trainer/fsdp.py) carries this method, registered with FSDP so that its hooks gather the
@@ -26,10 +29,17 @@ _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> i
 SHARDED_ENTRY = "gspo_completion_logprobs"
 
 
-def compile_body(model: torch.nn.Module) -> None:
+def compile_body(model: torch.nn.Module, cache_dir: Path | None = None) -> None:
     """Score `model` (here: completion_logprobs, the update's and the scoring pass's forwards) through a
     torch.compile'd copy of its decoder body, with dynamic shapes (every minibatch has its own width). The
-    model itself, its state dict and generation are untouched; the same function, fused kernels."""
+    model itself, its state dict and generation are untouched; the same function, fused kernels.
+
+    `cache_dir`: where torch keeps what it compiled (inductor's FX-graph and AOT-autograd caches, under
+    cache_dir/inductor) unless TORCHINDUCTOR_CACHE_DIR says otherwise, so a model shape compiled once on a
+    machine is read back by every later process (the runs of a sweep): on the embedded model the first
+    batch costs ~60 s cold and ~20 s warm (perf/compile_payback.py)."""
+    if cache_dir is not None:
+        os.environ.setdefault(INDUCTOR_CACHE_ENV, str(Path(cache_dir) / "inductor"))  # torch reads it lazily
     _COMPILED[model] = torch.compile(_decoder(model), dynamic=True)
 
 

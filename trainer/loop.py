@@ -49,7 +49,7 @@ from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import compile_body
-from gspo.trainer.models import pick_device
+from gspo.trainer.models import cache_root, pick_device
 from gspo.trainer.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
 from gspo.trainer.precision import Precision
@@ -160,7 +160,7 @@ def _policy(cfg, ckpt: Path | None, compute, log) -> tuple:
                         "top-k router modules")
     model.to(device)
     if cfg.train.compile:
-        compile_body(model)
+        compile_body(model, cache_root(cfg.model.tiny.cache_dir))
     bf16 = precision_name == "bf16"
     if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
         fsdp.shard(model, bf16=bf16)
