@@ -176,7 +176,7 @@ class TrainConfig:
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
     on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch (undone whole; keeps a copy of the weights and optimizer state)
     logprob_chunk: int = 1024  # tokens per chunk when computing log-probs (bounds the [*, V] logits)
-    compile: bool = False  # torch.compile the model body for the log-prob forwards (update, scoring): on the embedded model's CPU benchmark the update takes ~35% less CPU, after ~100 s of compilation at the start (off: most runs here are shorter than that pays back)
+    compile: bool = False  # torch.compile the model body for the update's forwards (kept under <cache dir>/inductor for later processes): on the embedded model's CPU benchmark the update takes 0.38 s instead of 0.52 s per step after ~16 s (warm cache) or ~66 s (cold) of compilation, so it pays back after ~90 steps; off: the default run is 50 (perf/compile_payback.py)
     fsdp: bool = False  # under torchrun: shard weights, gradients and optimizer state across the ranks (FSDP2 fully_shard; DCP checkpoints, gspo export-hf), for models that do not fit one device
     precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
     collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json

@@ -36,7 +36,9 @@ STEP_TIME = "time/step_s"  # gspo.algos.metrics.TIME_STEP: read from the runs' m
 
 
 def _runs(sweep_dir: Path) -> list[Path]:
-    return sorted(p.parent for p in sweep_dir.rglob("run.json"))
+    from gspo.report.runs import sweep_runs
+
+    return sweep_runs(sweep_dir)  # the run folders the sweep recorded (under output_dir)
 
 
 def _first_step_excess(run: Path) -> float:
@@ -54,7 +56,7 @@ def measure(preset: str, kind: str, cache: Path, sweep_dir: Path, overrides: lis
     """One `gspo compare preset=...` into `sweep_dir`, with GSPO_CACHE=`cache`."""
     cold_before = _cold_start_seconds(cache)
     cmd = [sys.executable, "-m", "gspo.cli.main", "compare", f"preset={preset}", f"hydra.sweep.dir={sweep_dir}",
-           *overrides]
+           f"output_dir={sweep_dir}-runs", *overrides]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, env={**os.environ, "GSPO_CACHE": str(cache)}, capture_output=True, text=True)
     wall = time.perf_counter() - t0

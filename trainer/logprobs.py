@@ -37,7 +37,7 @@ def compile_body(model: torch.nn.Module, cache_dir: Path | None = None) -> None:
     `cache_dir`: where torch keeps what it compiled (inductor's FX-graph and AOT-autograd caches, under
     cache_dir/inductor) unless TORCHINDUCTOR_CACHE_DIR says otherwise, so a model shape compiled once on a
     machine is read back by every later process (the runs of a sweep): on the embedded model the first
-    batch costs ~60 s cold and ~20 s warm (perf/compile_payback.py)."""
+    two batches cost ~66 s more cold and ~16 s more warm (perf/compile_payback.py)."""
     if cache_dir is not None:
         os.environ.setdefault(INDUCTOR_CACHE_ENV, str(Path(cache_dir) / "inductor"))  # torch reads it lazily
     _COMPILED[model] = torch.compile(_decoder(model), dynamic=True)

@@ -6,6 +6,8 @@ chunk boundary, a lost temperature) shows up far above that.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -129,3 +131,21 @@ def test_compiled_body_scores_what_the_eager_one_does():
     for width in (7, 11):
         for a, b in zip(results["eager", width], results["compiled", width], strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_kernels_are_kept_under_the_cache_dir(tmp_path, monkeypatch):
+    """train.compile=true keeps what torch compiles under <cache dir>/inductor, so the later runs of a sweep read
+    it back; a TORCHINDUCTOR_CACHE_DIR the user set wins. (torch.compile is lazy: nothing compiles here.)"""
+    from gspo.trainer.logprobs import INDUCTOR_CACHE_ENV, compile_body
+
+    model = build_tiny_qwen3(17, hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, num_kv_heads=1, seed=0)
+    monkeypatch.delenv(INDUCTOR_CACHE_ENV, raising=False)
+    compile_body(model, tmp_path)
+    assert INDUCTOR_CACHE_ENV == "TORCHINDUCTOR_CACHE_DIR"
+    assert os.environ[INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor")
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    assert cache_dir() == str(tmp_path / "inductor")  # where torch itself will write
+    monkeypatch.setenv(INDUCTOR_CACHE_ENV, "/elsewhere")
+    compile_body(model, tmp_path)
+    assert os.environ[INDUCTOR_CACHE_ENV] == "/elsewhere"
