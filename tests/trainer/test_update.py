@@ -8,6 +8,7 @@ ran the wrong one (or dropped an option, a micro-batch share, a KL term) cannot 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -65,16 +66,22 @@ def _train(**kw):
     return SimpleNamespace(**{**base, **kw})
 
 
-def _run(batch: Batch, algo, train, *, lr: float = 0.0, with_ref: bool = False):
-    """update() with plain SGD(lr) on a fresh model; returns (metrics, model, forward batch sizes)."""
+def _run(batch: Batch, algo, train, *, lr: float = 0.0, with_ref: bool = False, widths: list[int] | None = None):
+    """update() with plain SGD(lr) on a fresh model; returns (metrics, model, forward batch sizes); each
+    forward's width (columns) is appended to `widths` when given."""
     model = _model()
     sizes: list[int] = []
-    model.get_decoder().register_forward_pre_hook(lambda _m, _a, kw: sizes.append(kw["input_ids"].shape[0]),
-                                                  with_kwargs=True)
+
+    def seen(_m, _a, kw):
+        sizes.append(kw["input_ids"].shape[0])
+        if widths is not None:
+            widths.append(kw["input_ids"].shape[1])
+
+    model.get_decoder().register_forward_pre_hook(seen, with_kwargs=True)
     precision = Precision(model, "fp32", torch.device("cpu"))
     opt = torch.optim.SGD(precision.master, lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
-    b = batch if with_ref else Batch(batch.rollout, batch.advantages, batch.old_logp, None, LENGTHS)
+    b = batch if with_ref else dataclasses.replace(batch, ref_logp=None)
     metrics = update(model, opt, sched, b, precision=precision, algo=algo, train=train, rollout=SAMPLING, seed=0)
     return to_host(metrics), model, sizes
 
@@ -179,15 +186,8 @@ def test_micro_batches_sort_by_length_and_trim_padding_without_changing_the_step
     assert [sizes[i] for part in parts for i in part] == sorted(sizes)  # sorted, stable
     assert micro_batches(idx, None, World(), sizes) == [idx]  # one micro-batch: the order is left alone
     algo, lr = _algo("grpo"), 0.5
-    model = _model()
     widths: list[int] = []
-    model.get_decoder().register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[1]),
-                                                  with_kwargs=True)
-    precision = Precision(model, "fp32", torch.device("cpu"))
-    opt = torch.optim.SGD(precision.master, lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
-    metrics = to_host(update(model, opt, sched, padded, precision=precision, algo=algo, train=_train(micro_batch_size=3),
-                             rollout=SAMPLING, seed=0))
+    metrics, model, _ = _run(padded, algo, _train(micro_batch_size=3), lr=lr, widths=widths)
     order = sorted(torch.randperm(N, generator=torch.Generator().manual_seed(0)).tolist(), key=lambda i: sizes[i])
     want_widths = [P - min(pads[i] for i in part) + max(LENGTHS[i] for i in part)
                    for part in (order[s : s + 3] for s in range(0, N, 3))]
