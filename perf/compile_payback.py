@@ -33,20 +33,11 @@ import trl_vs_gspo as bench  # noqa: E402  (the arm, its work and its child proc
 
 
 def _arm(args, work_file: str, compile_: bool, cache: str | None) -> dict:
-    """One gspo process; its per-batch seconds (all batches, none dropped)."""
-    extra = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
-             ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "device")]
-    extra += ["--warmup=0", f"--batches={args.batches}", f"--gspo-override=train.compile={str(compile_).lower()}"]
-    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if cache is not None:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-    try:
-        res = bench.spawn(args, "gspo", args.algo, work_file, extra)
-    finally:
-        if saved is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
+    """One gspo process (`cache`: its compile cache folder); its per-batch seconds (all batches, none dropped)."""
+    extra = [*bench.child_flags(args), "--warmup=0", f"--batches={args.batches}",
+             f"--gspo-override=train.compile={str(compile_).lower()}"]
+    res = bench.spawn(args, "gspo", args.algo, work_file, extra,
+                      env={"TORCHINDUCTOR_CACHE_DIR": cache} if cache is not None else None)
     walls = [b["wall"] for b in res["batches"]]
     updates = [b["update"] for b in res["batches"]]
     return {"walls": walls, "updates": updates, "startup": res["startup"], "peak_rss_mb": res["peak_rss_mb"]}
@@ -58,13 +49,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="processes of each kind (cold ones each get a new cache)")
     ap.add_argument("--batches", type=int, default=6, help="rollout batches per process")
     ap.add_argument("--first", type=int, default=2, help="leading batches counted as the compile's (not steady)")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--updates", type=int, default=4)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--device", default="cpu")
+    bench.add_work_args(ap)
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     args.model, args.tmp, args.warmup, args.gspo_override = "embedded", None, 0, []

@@ -239,9 +239,29 @@ def child(args) -> None:
     print("RESULT " + json.dumps(out))
 
 
-def spawn(args, arm: str, algo: str, work_file: str, extra: list[str]) -> dict:
+WORK_KEYS = ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "device")  # what makes the work
+
+
+def add_work_args(ap: argparse.ArgumentParser) -> None:
+    """The work of one rollout batch, as both arms (and perf/compile_payback.py) take it."""
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--updates", type=int, default=4, help="optimizer steps per rollout batch")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (both arms)")
+
+
+def child_flags(args, keys: tuple[str, ...] = WORK_KEYS) -> list[str]:
+    """`args`' values of `keys` as a child process's command-line flags."""
+    return [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in keys]
+
+
+def spawn(args, arm: str, algo: str, work_file: str, extra: list[str], env: dict[str, str] | None = None) -> dict:
+    """One arm's process (`env`: variables set for it besides the thread counts); its RESULT line."""
     cmd = [sys.executable, __file__, "--arm", arm, "--algo", algo, "--work", work_file, *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode or not lines:
@@ -264,8 +284,7 @@ def _med(rows: list[dict], key: str) -> float:
 
 
 def compare(args, algo: str, work_file: str, work: dict) -> dict:
-    extra = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
-             ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "warmup", "batches", "device")]
+    extra = child_flags(args, (*WORK_KEYS, "warmup", "batches"))
     extra += [f"--gspo-override={o}" for o in args.gspo_override]
     runs: dict[str, list[dict]] = {a: [] for a in args.arms}
     configs = {}
@@ -331,8 +350,7 @@ def scaling(args, work_dir: str) -> None:
             path = os.path.join(work_dir, f"work-{key}-{v}.json")
             with open(path, "w") as f:
                 json.dump(work, f)
-            extra = [f"--{k.replace('_', '-')}={getattr(sub, k)}" for k in
-                     ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "warmup", "batches")]
+            extra = child_flags(sub, (*WORK_KEYS, "warmup", "batches"))
             extra += [f"--gspo-override={o}" for o in args.gspo_override]
             extra += ["--full-length"] if key == "max_new_tokens" else []  # the model's answers end at ~44 tokens
             rows = [summarise(spawn(sub, "gspo", args.algos[0], path, extra), args.warmup, args.updates)
@@ -353,19 +371,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="alternating processes per arm")
     ap.add_argument("--batches", type=int, default=3, help="measured rollout batches per process")
     ap.add_argument("--warmup", type=int, default=1, help="rollout batches per process not counted")
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--group", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--updates", type=int, default=4, help="optimizer steps per rollout batch")
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--threads", type=int, default=2)
+    add_work_args(ap)
     ap.add_argument("--gspo-override", action="append", default=[], help="extra gspo config override")
     ap.add_argument("--scaling", action="store_true", help="print the scaling table instead (gspo arm)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--scaling-keys", default="group,prompts,max_new_tokens", help="--scaling: the factors to double")
     ap.add_argument("--full-length", action="store_true",
                     help="gspo arm: ignore end-of-sequence so every completion runs to max_new_tokens")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda (both arms)")
     ap.add_argument("--model", default="embedded", choices=["embedded", "qwen3-0.6b-random"],
                     help="the embedded cold start, or a randomly initialised model of Qwen3-0.6B's shape")
     ap.add_argument("--tmp", help=argparse.SUPPRESS)

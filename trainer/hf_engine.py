@@ -178,7 +178,7 @@ class PreallocatedLayer(DynamicLayer or object):
     """A DynamicCache layer that writes each step's keys and values into buffers allocated once for the whole
     generation (`capacity` positions) and hands attention views of the positions written so far: the same
     tensors a growing cache returns, without the copy of the whole cache that each step's concatenation
-    makes (a third of the lean sampler's time on the embedded model). Everything else (sequence length,
+    makes (~4% of the lean sampler's time on the embedded model, measured A/B). Everything else (sequence length,
     mask sizes) is DynamicLayer's, read from those views."""
 
     def __init__(self, capacity: int):
