@@ -130,12 +130,12 @@ KL_REF = declare(Metric("policy/kl_ref", "k3 KL(pi || pi_ref) to the frozen init
 LOSS_POLICY = declare(Metric("loss/policy", "the policy term of the loss (-J), summed over a minibatch's micro-batches",
                              SUM, "policy loss"))
 
-# --- the update (trainer/update.py) ---------------------------------------------------------------------------
+# --- the update (trainer/step/update.py) ---------------------------------------------------------------------------
 GRAD_NORM = declare(Metric("optim/grad_norm", "global gradient norm before clipping, mean over the step's updates",
                            SEQ_MEAN, "grad norm (before clipping)", LINEAR, NONNEG, short="grad norm"))
 LR = declare(Metric("optim/lr", "learning rate of the step's updates (mean)", SEQ_MEAN, "learning rate", LOG, NONNEG))
 
-# --- the step's rollout (trainer/loop.py step_row, trainer/sampling.py) ------------------------------------------
+# --- the step's rollout (trainer/loop.py step_row, trainer/step/sampling.py) ------------------------------------------
 # a task reward lies in [0, 1]; DAPO's overlong penalty (in [-1, 0]) can take the shaped one below 0
 REWARD_MEAN = declare(Metric("reward/mean", "mean task reward of the step's completions", None, "training reward",
                              LINEAR, (-1.0, 1.0), headline=True, kind=HIGHER))
@@ -213,13 +213,13 @@ CORRECTION_TRUNCATED = declare(Metric("correction/truncated_frac", "share of TIS
 CORRECTION_MASKED = declare(Metric("correction/masked_frac", "share of terms MIS masks out", None, "MIS masked",
                                    LINEAR, UNIT))
 
-# --- Mixture-of-Experts (trainer/moe.py) ------------------------------------------------------------------------
+# --- Mixture-of-Experts (trainer/parallel/moe.py) ------------------------------------------------------------------------
 ROUTING_CHANGED = declare(Metric("moe/routing_changed_frac", "share of tokens whose experts differ between the old "
                                  "policy's forward and the update's", None, "routing changed", LINEAR, UNIT))
 LOAD_MAX = declare(Metric("moe/load_max", "busiest expert's share of the tokens, mean over layers", None,
                           "max expert load", LINEAR, UNIT))
 
-# --- guards (trainer/guards.py) ---------------------------------------------------------------------------------
+# --- guards (trainer/run/guards.py) ---------------------------------------------------------------------------------
 SKIPPED_BATCH = declare(Metric("guard/skipped_batch", "1 when the step's batch met a NaN/inf and was undone "
                                "(train.on_nonfinite=skip)", None, "skipped batch", LINEAR, UNIT, kind=LOWER))
 

@@ -151,7 +151,7 @@ def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Te
                  ref_logp: Tensor | None, kl_beta: float, algo: Algorithm) -> None:
     """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss. The clip bounds are
     the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), with clip_low = 1 (a weight clipped below at
-    0, i.e. not at all) only where the algorithm declares `no_lower_bound` (CISPO), as trainer/advantages.py
+    0, i.e. not at all) only where the algorithm declares `no_lower_bound` (CISPO), as trainer/step/advantages.py
     checks a config."""
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")

@@ -154,8 +154,8 @@ def export_hf_cmd(
     it. (A run's final checkpoint holds the whole weights already.)"""
     from pathlib import Path
 
-    from gspo.trainer.fsdp import export_hf
-    from gspo.trainer.rundir import checkpoint_problem
+    from gspo.trainer.parallel.fsdp import export_hf
+    from gspo.trainer.run.rundir import checkpoint_problem
 
     folder = Path(checkpoint)
     if not folder.is_dir():

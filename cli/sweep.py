@@ -43,7 +43,7 @@ from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
-from gspo.trainer.rundir import atomic_write_text, read_status
+from gspo.trainer.run.rundir import atomic_write_text, read_status
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
@@ -255,8 +255,8 @@ def _job(cfg: DictConfig) -> float:
     """One training run; returns the final value of cfg.objective (what a search sweeper optimizes)."""
     import torch
 
-    from gspo.trainer.distributed import export_slurm_world, world_from_env
     from gspo.trainer.loop import train
+    from gspo.trainer.parallel.distributed import export_slurm_world, world_from_env
 
     hc = HydraConfig.get()
     command = os.environ.get("GSPO_COMMAND", "train")

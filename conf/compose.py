@@ -76,7 +76,7 @@ def _algorithm_names(sources=None) -> list[str]:
 
 def _task_kinds(sources=None) -> list[str]:
     """The `kind:` of every preset in the task group of the config sources (as `_algorithm_names`): the task
-    kinds a config may name, each built by a task registered in gspo.trainer.tasks."""
+    kinds a config may name, each built by a task registered in gspo.trainer.tasks.registry."""
     return _preset_values("task", "kind", sources)
 
 
@@ -219,7 +219,7 @@ def _check_paths(cfg: DictConfig) -> None:
     name = cfg.model.name
     if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
         raise GspoError(f"model path not found: {name}")
-    data = cfg.task.dataset  # read by the tasks that take a dataset (trainer/tasks.py)
+    data = cfg.task.dataset  # read by the tasks that take a dataset (trainer/tasks/registry.py)
     if data and (data.endswith((".jsonl", ".json")) or data.startswith(("/", "./", "../", "~"))):
         if not Path(data).expanduser().exists():
             raise GspoError(f"dataset file not found: {data}")

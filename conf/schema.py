@@ -142,7 +142,7 @@ class LoggerConfig:
 
 @dataclass
 class CollapseConfig:
-    """When a run counts as collapsed (trainer/collapse.py); defaults fire on the high-lr collapses measured
+    """When a run counts as collapsed (trainer/run/collapse.py); defaults fire on the high-lr collapses measured
     on the embedded task and stay silent on its default runs."""
 
     enabled: bool = True  # watch for a collapse at all

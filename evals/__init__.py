@@ -7,7 +7,7 @@
 Layout: `arith` (the embedded task: problems and grader), `graders/` (math, code, codeforces),
 `benchmarks/` (one module per benchmark, their types and the registry), `sandbox/` (running
 model-written code; its public face is the package), `records` (reading local and hub datasets, shared
-with gspo.trainer.tasks), `passk`, `parallel`, `regrade` (`gspo grade`).
+with gspo.trainer.tasks.registry), `passk`, `parallel`, `regrade` (`gspo grade`).
 """
 
 from gspo.evals.arith import grade_arith

@@ -1,6 +1,6 @@
 """Reading datasets: local JSON/JSONL records with their row numbers, rows of a Hugging Face hub dataset
 (each failure one GspoError line), and the cell helpers loaders share. Used by the benchmarks
-(gspo.evals.benchmarks) and the training tasks (gspo.trainer.tasks) alike."""
+(gspo.evals.benchmarks) and the training tasks (gspo.trainer.tasks.registry) alike."""
 
 from __future__ import annotations
 

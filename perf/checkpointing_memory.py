@@ -19,9 +19,9 @@ import time
 def measure(*, checkpointing: bool, n: int, t: int, precision: str = "bf16", dtype: str = "float32") -> dict:
     import torch
 
-    from gspo.trainer.logprobs import completion_logprobs
-    from gspo.trainer.models import DTYPES, QWEN3_0_6B, build_tiny_qwen3
-    from gspo.trainer.precision import Precision
+    from gspo.trainer.model.logprobs import completion_logprobs
+    from gspo.trainer.model.models import DTYPES, QWEN3_0_6B, build_tiny_qwen3
+    from gspo.trainer.model.precision import Precision
 
     q, device = QWEN3_0_6B, torch.device("cuda")
     model = build_tiny_qwen3(q["vocab_size"], hidden_size=q["hidden_size"], num_layers=q["num_layers"],

@@ -1,6 +1,6 @@
 """Benchmark: does `train.compile=true` pay back, and after how many steps?
 
-The update's forward/backward can run through a torch.compile'd model body (trainer/logprobs.py
+The update's forward/backward can run through a torch.compile'd model body (trainer/model/logprobs.py
 `compile_body`). Compiling costs time in the first batches of every process; what torch compiled is kept under
 the cache dir (GSPO_CACHE/inductor), so a later process of the same model shape reads it back instead of
 compiling again. This script runs gspo's arm of perf/trl_vs_gspo.py (the same work: the embedded model, B

@@ -25,8 +25,8 @@ import time
 def run(method: str, n: int, t: int, chunk: int, vocab: int, hidden: int) -> dict:
     import torch
 
-    from gspo.trainer.logprobs import completion_logprobs
-    from gspo.trainer.models import build_tiny_qwen3
+    from gspo.trainer.model.logprobs import completion_logprobs
+    from gspo.trainer.model.models import build_tiny_qwen3
 
     torch.manual_seed(0)
     model = build_tiny_qwen3(vocab, hidden_size=hidden, num_layers=2, intermediate_size=2 * hidden, num_heads=4,

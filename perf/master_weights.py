@@ -13,9 +13,9 @@ import json
 
 import torch
 
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.models import QWEN3_0_6B, build_tiny_qwen3
-from gspo.trainer.precision import Precision
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.models import QWEN3_0_6B, build_tiny_qwen3
+from gspo.trainer.model.precision import Precision
 
 
 def changed_share(*, masters: bool, steps: int = 10, lr: float = 1e-6) -> dict:

@@ -61,7 +61,7 @@ def plan(args) -> dict:
     from gspo.conf.compose import compose_config
     from gspo.trainer.coldstart import cold_start_path
     from gspo.trainer.policy import tiny_spec
-    from gspo.trainer.tasks import build_task
+    from gspo.trainer.tasks.registry import build_task
 
     cfg = compose_config(_overrides(args))
     # the cold start is keyed by rollout.max_new_tokens too: every length of the scaling table uses the
@@ -70,7 +70,7 @@ def plan(args) -> dict:
     task = build_task(cfg.task)
     if args.model == "qwen3-0.6b-random":
         from gspo.evals.arith import ALPHABET
-        from gspo.trainer.models import save_random_qwen3_0_6b
+        from gspo.trainer.model.models import save_random_qwen3_0_6b
 
         model = str(save_random_qwen3_0_6b(Path(args.tmp) / "qwen3-0.6b-random", ALPHABET, dtype="float32"))
     else:
@@ -89,14 +89,14 @@ def run_gspo(args, work: dict) -> dict:
     torch.set_num_threads(args.threads)
     from gspo.algos.metrics import LEN_MEAN, REWARD_MEAN, TIME_PHASE
     from gspo.conf.compose import compose_config
-    from gspo.trainer.context import StepContext
-    from gspo.trainer.engines import make_engine
-    from gspo.trainer.logprobs import compile_body
+    from gspo.trainer.engines.registry import make_engine
     from gspo.trainer.loop import format_prompts, train_step
-    from gspo.trainer.models import cache_root, load_pretrained
-    from gspo.trainer.precision import Precision
+    from gspo.trainer.model.logprobs import compile_body
+    from gspo.trainer.model.models import cache_root, load_pretrained
+    from gspo.trainer.model.precision import Precision
     from gspo.trainer.state import make_optimizer
-    from gspo.trainer.tasks import build_task
+    from gspo.trainer.step.context import StepContext
+    from gspo.trainer.tasks.registry import build_task
 
     cfg = compose_config(_overrides(args))
     model, tokenizer = load_pretrained(work["model"], dtype=cfg.model.dtype)  # what load_policy loads for tiny

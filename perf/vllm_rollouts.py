@@ -25,10 +25,10 @@ import time
 def _setup(model_name: str, overrides: list[str]):
     from gspo.conf import compose_config
     from gspo.evals.arith import ALPHABET
-    from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+    from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
     from gspo.trainer.policy import load_policy
-    from gspo.trainer.sampling import format_prompts
-    from gspo.trainer.tasks import build_task
+    from gspo.trainer.step.sampling import format_prompts
+    from gspo.trainer.tasks.registry import build_task
 
     cfg = compose_config(["rollout=vllm", "algo.old_logp_source=engine", *overrides])
     if model_name == "default":
@@ -45,7 +45,7 @@ def _setup(model_name: str, overrides: list[str]):
 
 
 def _hf(cfg, model, tok, **kw):
-    from gspo.trainer.hf_engine import HFEngine
+    from gspo.trainer.engines.hf_engine import HFEngine
 
     r = cfg.rollout
     return HFEngine(model, tok, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
@@ -53,7 +53,7 @@ def _hf(cfg, model, tok, **kw):
 
 
 def _vllm(cfg, model, tok):
-    from gspo.trainer.vllm_engine import VLLMEngine
+    from gspo.trainer.engines.vllm_engine import VLLMEngine
 
     return VLLMEngine(cfg, model, tok)
 
@@ -98,7 +98,7 @@ def _sampler_stats(engine, model, prompts, n: int, *, trainer: bool) -> dict:
     """Mean per-token log-prob (the trainer's scoring of each sampler's tokens) and mean length over n completions."""
     import torch
 
-    from gspo.trainer.logprobs import completion_logprobs
+    from gspo.trainer.model.logprobs import completion_logprobs
 
     logp_sum, tokens, lengths, gaps, seed = 0.0, 0, [], [], 0
     while len(lengths) < n:

@@ -32,7 +32,7 @@ from gspo.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
 from gspo.report.stats import band, excludes_zero  # noqa: E402
 from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
-from gspo.trainer.progress import Progress  # noqa: E402
+from gspo.trainer.run.progress import Progress  # noqa: E402
 
 X_LABELS = {"step": "step", "time": "wall-clock time (s)", "tokens": "generated tokens"}
 STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))
@@ -127,7 +127,7 @@ def _draw_arm(ax, arm: Arm, metric: str, axis: str, i: int, valid=(None, None), 
 
 
 def _mark_collapses(ax, arm: Arm, axis: str, color, label: bool = True) -> None:
-    """A dashed line at the step where a run collapsed (run.json `collapsed`, trainer/collapse.py)."""
+    """A dashed line at the step where a run collapsed (run.json `collapsed`, trainer/run/collapse.py)."""
     for r in arm.runs:
         step = (r.status.get("collapsed") or {}).get("step")
         x = _x(r, axis) if step is not None else None

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.rundir import read_jsonl_lines, read_status
+from gspo.trainer.run.rundir import read_jsonl_lines, read_status
 
 _STEP = re.compile(r'\{"step": (\d+)')  # how every metrics row begins (Loggers.metrics)
 SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended", "attempts"} of that job

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from gspo.report.runs import Run
-from gspo.trainer.loggers import offline_note, start_wandb, wandb_mode
+from gspo.trainer.run.loggers import offline_note, start_wandb, wandb_mode
 
 
 def report_wandb_mode(setting: str, runs: list[Run]) -> str:

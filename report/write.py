@@ -50,7 +50,7 @@ from gspo.report.tables import (
     valid_range,
 )
 from gspo.report.tracker import log_report, report_wandb_mode
-from gspo.trainer.rundir import STATUS_UNREADABLE
+from gspo.trainer.run.rundir import STATUS_UNREADABLE
 
 # the settings that define an experiment, shown above the fold (what differs between arms is shown too)
 DEFINING = ("model.name", "task.name", "train.steps", "train.prompts_per_step", "train.group_size",
@@ -204,7 +204,7 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
         rows.append(row)
     blocks += [Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
                           "moving average or held-out accuracy fell far below its best, or entropy or length broke "
-                          "down; trainer/collapse.py)."), Block("table", table=pd.DataFrame(rows), id="collapse")]
+                          "down; trainer/run/collapse.py)."), Block("table", table=pd.DataFrame(rows), id="collapse")]
     return blocks
 
 

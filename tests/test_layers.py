@@ -1,7 +1,12 @@
 """The import layers of docs/DESIGN.md, read from the source with `ast`: each layer imports only what it
 may (algos: itself; conf: itself; evals: conf; trainer: algos, conf, evals; report: those and trainer; cli: anything), no import
 circle between modules, no import of a project module inside a function outside cli/ (where lazy loading
-keeps `--help` fast), and no private name imported from another module."""
+keeps `--help` fast), and no private name imported from another module.
+
+Inside the trainer, the rooms of trainer/__init__.py in their order, each importing only the rooms below it:
+
+    run < model < parallel < tasks < engines < step < the recipe (trainer/*.py: loop, evaluate, policy, ...)
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,11 @@ MAY_IMPORT = {
     "report": {"algos", "conf", "evals", "trainer", "report"},  # reads what the trainer writes; trains nothing
     "cli": {"algos", "conf", "evals", "trainer", "report", "cli"},
 }
+
+# The trainer's rooms, lowest first: a room imports only rooms before it in this list (and itself); the recipe
+# modules at the trainer's top (RECIPE) may import every room, and no room imports them.
+ROOMS = ("run", "model", "parallel", "tasks", "engines", "step")
+RECIPE = {"loop", "evaluate", "policy", "coldstart", "state"}
 
 
 def _modules() -> dict[str, Path]:
@@ -67,6 +77,39 @@ def test_no_arrow_runs_back_up():
     bad = [f"{name} -> {target}" for name, path in MODULES.items() for _, target, _ in _imports(name, path)
            if target.split(".")[1] not in MAY_IMPORT[name.split(".")[1]]]
     assert bad == []
+
+
+def _room(module: str) -> int | None:
+    """The rank of a trainer module's room (len(ROOMS) for the recipe); None outside the trainer."""
+    parts = module.split(".")
+    if parts[:2] != ["gspo", "trainer"] or len(parts) < 3:
+        return None
+    return ROOMS.index(parts[2]) if parts[2] in ROOMS else len(ROOMS)
+
+
+def _arrows_up_between_rooms(imports: dict[str, list[str]]) -> list[str]:
+    return [f"{name} -> {target}" for name, targets in imports.items() for target in targets
+            if _room(name) is not None and _room(target) is not None and _room(target) > _room(name)]
+
+
+def test_no_arrow_runs_up_between_the_trainers_rooms():
+    imports = {name: [target for _, target, _ in _imports(name, path)] for name, path in MODULES.items()}
+    assert _arrows_up_between_rooms(imports) == []
+
+
+def test_every_trainer_module_is_in_a_room():
+    """A module at the trainer's top is a recipe module named in RECIPE; anything else belongs in a room."""
+    top = {f.stem for f in (ROOT / "trainer").glob("*.py")} - {"__init__"}
+    rooms = {d.name for d in (ROOT / "trainer").iterdir() if (d / "__init__.py").exists()}
+    assert top == RECIPE, "put a new trainer module in the room of its job (trainer/__init__.py lists them)"
+    assert rooms == set(ROOMS)
+
+
+def test_each_rooms_docstring_states_what_it_may_import():
+    for k, room in enumerate(ROOMS):
+        doc = ast.get_docstring(ast.parse((ROOT / "trainer" / room / "__init__.py").read_text()))
+        may = doc.split("May import:", 1)[1]
+        assert [r for r in ROOMS if f"trainer.{r}" in may] == list(ROOMS[:k]), room
 
 
 def test_no_function_local_project_import_outside_cli():
@@ -133,6 +176,11 @@ def test_the_checks_can_fail():
     found = _imports("gspo.evals.probe", ROOT / "evals" / "probe.py", source)
     assert [(t, top) for _, t, top in found] == [("gspo.trainer.loop", False)]
     assert "trainer" not in MAY_IMPORT["evals"]
+    # a room importing a room above it, or the recipe, is found; downward arrows are not
+    assert _arrows_up_between_rooms({"gspo.trainer.engines.rollout": ["gspo.trainer.step.scoring", "gspo.trainer.model.logprobs"],
+                                     "gspo.trainer.run.rundir": ["gspo.trainer.loop", "gspo.conf.errors"],
+                                     "gspo.trainer.loop": ["gspo.trainer.step.update"]}) == [
+        "gspo.trainer.engines.rollout -> gspo.trainer.step.scoring", "gspo.trainer.run.rundir -> gspo.trainer.loop"]
 
 
 # Modules the package imports that come with a declared dependency rather than being declared themselves.
@@ -163,3 +211,16 @@ def test_every_third_party_import_is_a_declared_dependency():
     undeclared = [m for m in third_party
                   if not {d.lower().replace("_", "-") for d in dists.get(m, [m])} & declared]
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_every_package_folder_is_installed():
+    """A wheel carries only the packages pyproject.toml lists: a sub-package missing there imports here, from
+    the checkout, and is absent from an installed copy."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {f"gspo.{top}": top for top in MAY_IMPORT}
+    assert {name: folders[name] for name in setup["package-dir"]} == setup["package-dir"]
+    packages = {".".join(["gspo", *init.parent.relative_to(ROOT).parts])
+                for top in MAY_IMPORT for init in (ROOT / top).rglob("__init__.py")}
+    assert packages == set(setup["packages"])

@@ -1,0 +1,14 @@
+"""The trainer: rooms by job, each importing only the rooms below it (tests/test_layers.py holds the order).
+
+    run < model < parallel < tasks < engines < step < the recipe (this folder's own modules)
+
+run/       the run's records and watchdogs: run directory, loggers, progress bars, seeds, guards, collapse
+model/     the model: loading, precision, LoRA adapters, the chunked log-prob forward
+parallel/  processes and shards: data parallelism, FSDP, MoE routing shared across ranks
+tasks/     training tasks: what a task is, the task registry, the code task
+engines/   rollout engines (hf, vLLM), what they return (`Rollout`), where old log-probs come from
+step/      one training step: sampling, scoring, advantages, the update, metric reduction, its context
+loop.py, evaluate.py, policy.py, coldstart.py, state.py: the recipe that composes the rooms into a run.
+
+The trainer may import algos, conf and evals; nothing below report/ and cli/ imports it back.
+"""

@@ -24,9 +24,9 @@ import torch
 
 from gspo.conf.schema import TinyModelConfig
 from gspo.evals.arith import ALPHABET, ArithProblem, grade_arith, make_split
-from gspo.trainer.hf_engine import HFEngine
-from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3, cache_root
-from gspo.trainer.progress import Progress
+from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3, cache_root
+from gspo.trainer.run.progress import Progress
 
 FORMAT_VERSION = 1  # bump when the task text, tokenizer or recipe changes meaning
 

@@ -14,17 +14,17 @@ from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks import load_benchmark
 from gspo.evals.benchmarks.types import is_count
 from gspo.evals.sandbox import accept_weak
-from gspo.trainer import fsdp
-from gspo.trainer.engines import make_engine
-from gspo.trainer.hf_engine import HFEngine
-from gspo.trainer.loggers import Loggers
-from gspo.trainer.models import pick_device
+from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.engines.registry import make_engine
+from gspo.trainer.model.models import pick_device
+from gspo.trainer.parallel import fsdp
 from gspo.trainer.policy import load_policy
-from gspo.trainer.progress import Progress
-from gspo.trainer.rundir import RunDir, checkpoint_problem, checkpoint_step
-from gspo.trainer.seeds import step_seed
-from gspo.trainer.task_types import Task, prompt_text
-from gspo.trainer.tasks import bench_options
+from gspo.trainer.run.loggers import Loggers
+from gspo.trainer.run.progress import Progress
+from gspo.trainer.run.rundir import RunDir, checkpoint_problem, checkpoint_step
+from gspo.trainer.run.seeds import step_seed
+from gspo.trainer.tasks.registry import bench_options
+from gspo.trainer.tasks.task_types import Task, prompt_text
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:

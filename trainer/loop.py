@@ -39,31 +39,39 @@ from gspo.algos.metrics import (
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
-from gspo.trainer import distributed, fsdp
-from gspo.trainer.advantages import check_algorithm, corrected, rollout_advantages
-from gspo.trainer.collapse import CollapseDetector
-from gspo.trainer.context import StepContext
-from gspo.trainer.distributed import FollowerRun, NullLoggers, World
-from gspo.trainer.engines import make_engine, require_engine
+from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
+from gspo.trainer.engines.registry import make_engine, require_engine
+from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
-from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
-from gspo.trainer.loggers import Loggers
-from gspo.trainer.logprobs import compile_body
-from gspo.trainer.models import cache_root, pick_device
-from gspo.trainer.moe import RoutingRecorder, find_routers
+from gspo.trainer.model.logprobs import compile_body
+from gspo.trainer.model.models import cache_root, pick_device
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel import distributed, fsdp
+from gspo.trainer.parallel.distributed import FollowerRun, NullLoggers, World
+from gspo.trainer.parallel.moe import RoutingRecorder, find_routers
 from gspo.trainer.policy import checked_precision, load_policy
-from gspo.trainer.precision import Precision
-from gspo.trainer.progress import Progress
-from gspo.trainer.reduction import to_host
-from gspo.trainer.rollout import Rollout
-from gspo.trainer.rundir import SET_ASIDE, RunDir, checkpoint_step, default_run_id, missing_steps, read_jsonl
-from gspo.trainer.sampling import Sampled, format_prompts, sample_batch
-from gspo.trainer.scoring import ENGINE, old_logp_origin, old_logprobs
-from gspo.trainer.seeds import step_seed
+from gspo.trainer.run.collapse import CollapseDetector
+from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
+from gspo.trainer.run.loggers import Loggers
+from gspo.trainer.run.progress import Progress
+from gspo.trainer.run.rundir import (
+    SET_ASIDE,
+    RunDir,
+    checkpoint_step,
+    default_run_id,
+    missing_steps,
+    read_jsonl,
+)
+from gspo.trainer.run.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
-from gspo.trainer.task_types import Task
-from gspo.trainer.tasks import build_task
-from gspo.trainer.update import Batch, run_updates
+from gspo.trainer.step.advantages import check_algorithm, corrected, rollout_advantages
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.reduction import to_host
+from gspo.trainer.step.sampling import Sampled, format_prompts, sample_batch
+from gspo.trainer.step.scoring import old_logprobs
+from gspo.trainer.step.update import Batch, run_updates
+from gspo.trainer.tasks.registry import build_task
+from gspo.trainer.tasks.task_types import Task
 
 
 def train(cfg, log=print) -> Path:
@@ -103,7 +111,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     world = compute[2]
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
-    sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/fsdp.py; fsdp.check has made sure there are ranks
+    sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/parallel/fsdp.py; fsdp.check has made sure there are ranks
     if ckpt and fsdp.is_sharded_checkpoint(ckpt) != sharded:
         raise GspoError(f"resume: {ckpt.name} was saved with train.fsdp={not sharded}; resume with the same setting")
     model, tokenizer, precision, bf16 = _policy(cfg, ckpt, compute, log)
@@ -301,7 +309,7 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
     """One rollout batch and its updates; returns the step's metrics row. Every tensor lives on the model's
     device; the vLLM engine's CPU rollout is moved there once. With several processes (`ctx.world`), this rank
     generates and grades its own groups, then every rank holds the whole batch and the scoring and update
-    forwards are dealt out (trainer/distributed.py): the update and the row are the whole batch's."""
+    forwards are dealt out (trainer/parallel/distributed.py): the update and the row are the whole batch's."""
     engine, algo, G = ctx.engine, ctx.algo, ctx.train.group_size
     # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced)
     sampled = sample_batch(step, ctx, engine, task, ctx.precision.device, ctx.world)

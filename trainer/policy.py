@@ -8,10 +8,10 @@ from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.coldstart import ColdStartSpec, cold_start_path
-from gspo.trainer.lora import add_lora, load_adapter
-from gspo.trainer.models import DTYPES, load_pretrained
-from gspo.trainer.precision import check_precision, resolve_precision
-from gspo.trainer.tasks import REFUSES, WARNS, task_kind
+from gspo.trainer.model.lora import add_lora, load_adapter
+from gspo.trainer.model.models import DTYPES, load_pretrained
+from gspo.trainer.model.precision import check_precision, resolve_precision
+from gspo.trainer.tasks.registry import REFUSES, WARNS, task_kind
 
 
 def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = None, merge: bool = False):

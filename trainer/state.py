@@ -10,13 +10,13 @@ from pathlib import Path
 
 import torch
 
-from gspo.trainer import fsdp
-from gspo.trainer.precision import Precision
-from gspo.trainer.rundir import RunDir
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel import fsdp
+from gspo.trainer.run.rundir import RunDir
 
 
 def make_optimizer(params, train):
-    """AdamW over `params` (fp32 master weights, trainer/precision.py) and a per-optimizer-step schedule:
+    """AdamW over `params` (fp32 master weights, trainer/model/precision.py) and a per-optimizer-step schedule:
     linear warmup, then constant, linear or cosine decay."""
     optimizer = torch.optim.AdamW(params, lr=train.lr, betas=tuple(train.adam_betas),
                                   weight_decay=train.weight_decay)
@@ -49,7 +49,7 @@ def save_checkpoint(run: RunDir, step: int, model, tokenizer, optimizer, schedul
 
 def save_sharded_checkpoint(run, step: int, model, tokenizer, optimizer, scheduler, precision: Precision, world, *,
                             keep: int = 0, full: bool = False) -> None:
-    """[FSDP] Every rank writes its shards of the model and optimizer (trainer/fsdp.py) into a staging folder
+    """[FSDP] Every rank writes its shards of the model and optimizer (trainer/parallel/fsdp.py) into a staging folder
     of the run; rank 0 then makes it a checkpoint like any other (manifest, atomic rename, pruning) with the
     config, tokenizer, schedule and step beside the shards. With `full`, the whole weights are gathered to
     rank 0 and saved too (model.safetensors), so the checkpoint is also a Hugging Face folder."""

@@ -9,7 +9,7 @@ import torch
 
 from gspo.algos import ALGOS, correction_weights, mismatch_metrics, ratio_diagnostics
 from gspo.algos import metrics as catalogue
-from gspo.trainer.update import UPDATE_METRICS
+from gspo.trainer.step.update import UPDATE_METRICS
 
 
 def _undeclared(names, task: str = "arith") -> list[str]:

@@ -18,7 +18,7 @@ from conftest import LEARNING_SEED, TINY, without_timing
 from omegaconf import OmegaConf
 
 from gspo.conf.schema import Config
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.run.rundir import read_jsonl
 
 # DESIGN.md's metric names (an interface: reports and W&B panels read them), logged at every training step.
 STEP_METRICS = (

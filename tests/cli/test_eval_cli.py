@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.rundir import _write_manifest
+from gspo.trainer.run.rundir import _write_manifest
 from tests.conftest import LEARNING_SEED, TINY
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -72,11 +72,11 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     is neither 0 nor 1: `gspo eval` must find exactly the problems the trainer's own eval finds right."""
     from gspo.conf import compose_config
     from gspo.evals.arith import make_split
-    from gspo.trainer.engines import make_engine
+    from gspo.trainer.engines.registry import make_engine
     from gspo.trainer.evaluate import eval_task
     from gspo.trainer.loop import format_prompts
-    from gspo.trainer.models import load_pretrained
-    from gspo.trainer.tasks import build_task
+    from gspo.trainer.model.models import load_pretrained
+    from gspo.trainer.tasks.registry import build_task
 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)

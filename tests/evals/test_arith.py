@@ -9,7 +9,7 @@ import pytest
 from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
 from gspo.evals.arith import ArithProblem, extract_answer, grade_arith, is_held_out, make_split
-from gspo.trainer.tasks import build_task
+from gspo.trainer.tasks.registry import build_task
 from tests.conftest import TINY
 
 ONE_DIGIT = {"min_digits": 1, "max_digits": 1, "ops": "+*"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conftest import LEARNING_SEED
 
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.run.rundir import read_jsonl
 
 MOE = ["model=tiny-moe", "model.tiny.num_experts=4", "model.tiny.moe_intermediate_size=16"]
 

@@ -13,8 +13,8 @@ import pytest
 
 from gspo.conf import compose_config
 from gspo.trainer.loop import format_prompts
-from gspo.trainer.models import build_char_tokenizer
-from gspo.trainer.tasks import build_task
+from gspo.trainer.model.models import build_char_tokenizer
+from gspo.trainer.tasks.registry import build_task
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 LCB, CF = DATA / "lcb_sample.jsonl", DATA / "cf_sample.jsonl"

@@ -10,8 +10,8 @@ from conftest import LEARNING_SEED
 from omegaconf import OmegaConf
 
 from gspo.conf.schema import CollapseConfig
-from gspo.trainer.collapse import CollapseDetector
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.run.collapse import CollapseDetector
+from gspo.trainer.run.rundir import read_jsonl
 
 KEY = "eval/arith/accuracy"
 

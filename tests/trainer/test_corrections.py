@@ -16,8 +16,8 @@ import torch
 from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
 from gspo.trainer import loop
-from gspo.trainer.advantages import check_algorithm
-from gspo.trainer.tasks import build_task
+from gspo.trainer.step.advantages import check_algorithm
+from gspo.trainer.tasks.registry import build_task
 from tests.conftest import LEARNING_SEED, TINY
 
 TWO_STEPS = (f"seed={LEARNING_SEED}", "train.steps=2", "train.eval_every=0", "logger.samples_per_step=8")

@@ -28,9 +28,9 @@ import yaml
 from conftest import LEARNING_SEED, TINY, without_timing
 from safetensors.torch import load_file
 
-from gspo.trainer.distributed import World, check_layout, group_range, mine
-from gspo.trainer.rundir import read_jsonl
-from gspo.trainer.update import micro_batches
+from gspo.trainer.parallel.distributed import World, check_layout, group_range, mine
+from gspo.trainer.run.rundir import read_jsonl
+from gspo.trainer.step.update import micro_batches
 
 pytestmark = pytest.mark.slow
 
@@ -181,7 +181,7 @@ def test_moe_routing_replay_on_two_processes_gives_the_one_process_step(gspo, tm
 def test_fsdp_settings_it_cannot_run_are_refused(overrides, message):
     from gspo.conf import compose_config
     from gspo.conf.errors import GspoError
-    from gspo.trainer.fsdp import check
+    from gspo.trainer.parallel.fsdp import check
 
     world = World(0, 1) if not overrides else World(0, 2)
     with pytest.raises(GspoError, match=message):
@@ -323,7 +323,7 @@ def test_a_slurm_launcher_without_its_plugin_is_one_line(gspo, tmp_path, monkeyp
 def test_a_slurm_task_becomes_a_rank(monkeypatch):
     """Task 9 of a 2-node x 8-task Slurm step gets torchrun's variables from Slurm's (through submitit)."""
     pytest.importorskip("submitit")
-    from gspo.trainer.distributed import export_slurm_world, world_from_env
+    from gspo.trainer.parallel.distributed import export_slurm_world, world_from_env
 
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
         # set first, so monkeypatch removes what export_slurm_world writes (a bare delenv of an absent key is

@@ -47,7 +47,7 @@ def test_train_lora_adapters_on_cuda(gspo, tmp_path):
 @pytest.fixture(scope="module")
 def qwen3_shaped(tmp_path_factory) -> Path:
     from gspo.evals.arith import ALPHABET
-    from gspo.trainer.models import save_random_qwen3_0_6b
+    from gspo.trainer.model.models import save_random_qwen3_0_6b
 
     return save_random_qwen3_0_6b(tmp_path_factory.mktemp("qwen3_0_6b_random"), ALPHABET, dtype="bfloat16")
 

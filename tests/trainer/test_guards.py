@@ -11,13 +11,13 @@ from conftest import TINY
 from omegaconf import OmegaConf
 
 from gspo.conf import GspoError, compose_config
-from gspo.trainer.guards import NonFinite
-from gspo.trainer.models import build_tiny_qwen3
-from gspo.trainer.precision import Precision
-from gspo.trainer.rollout import Rollout
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.models import build_tiny_qwen3
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.run.guards import NonFinite
+from gspo.trainer.run.rundir import read_jsonl
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.update import Batch, update
+from gspo.trainer.step.update import Batch, update
 
 
 def _batch(advantages: list[float]) -> Batch:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.run.rundir import read_jsonl
 from tests.conftest import LEARNING_SEED, TINY, without_timing
 
 COMMON = (*TINY, f"seed={LEARNING_SEED}", "train.steps=6", "train.save_every=2", "train.eval_every=2",

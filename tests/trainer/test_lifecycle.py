@@ -25,7 +25,7 @@ from gspo.cli.errors import one_line_errors
 from gspo.conf import GspoError, compose_config, config_to_yaml
 from gspo.report.runs import load_run, unread_steps
 from gspo.trainer import loop
-from gspo.trainer.rundir import SET_ASIDE, RunDir, read_jsonl, read_status
+from gspo.trainer.run.rundir import SET_ASIDE, RunDir, read_jsonl, read_status
 
 CKPT = (*TINY, f"seed={LEARNING_SEED}", "train.save_every=1", "train.keep_checkpoints=2", "train.eval_every=0",
         "logger.progress=false")
@@ -362,7 +362,7 @@ def test_a_runs_files_are_readable_by_the_group(three_steps):
 
 def test_a_null_answer_and_a_csv_file_get_their_own_messages(tmp_path):
     from gspo.evals.records import read_records
-    from gspo.trainer.tasks import build_task
+    from gspo.trainer.tasks.registry import build_task
 
     data = tmp_path / "d.jsonl"
     data.write_text('{"problem": "1+1?", "answer": null}\n')

@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.models import build_tiny_qwen3
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.models import build_tiny_qwen3
 
 TOL = {"rtol": 0, "atol": 1e-10}
 N, P, T, V = 3, 5, 6, 17  # N*T = 18 tokens
@@ -108,8 +108,8 @@ def test_compiled_body_scores_what_the_eager_one_does():
     values and gradients (fp32 tolerance), at two widths (dynamic shapes); the model's state dict is
     unchanged (checkpoints keep their keys)."""
     from gspo.evals.arith import ALPHABET
-    from gspo.trainer.logprobs import _COMPILED, compile_body
-    from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+    from gspo.trainer.model.logprobs import _COMPILED, compile_body
+    from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
     model = build_tiny_qwen3(len(build_char_tokenizer(ALPHABET)), hidden_size=32, num_layers=1,
                              intermediate_size=64, num_heads=2, num_kv_heads=1, seed=0)
@@ -136,7 +136,7 @@ def test_compiled_body_scores_what_the_eager_one_does():
 def test_compiled_kernels_are_kept_under_the_cache_dir(tmp_path, monkeypatch):
     """train.compile=true keeps what torch compiles under <cache dir>/inductor, so the later runs of a sweep read
     it back; a TORCHINDUCTOR_CACHE_DIR the user set wins. (torch.compile is lazy: nothing compiles here.)"""
-    from gspo.trainer.logprobs import INDUCTOR_CACHE_ENV, compile_body
+    from gspo.trainer.model.logprobs import INDUCTOR_CACHE_ENV, compile_body
 
     model = build_tiny_qwen3(17, hidden_size=16, num_layers=1, intermediate_size=32, num_heads=2, num_kv_heads=1, seed=0)
     monkeypatch.delenv(INDUCTOR_CACHE_ENV, raising=False)

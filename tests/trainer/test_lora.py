@@ -11,7 +11,7 @@ from conftest import LEARNING_SEED, TINY
 
 from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
-from gspo.trainer.lora import adapters_disabled
+from gspo.trainer.model.lora import adapters_disabled
 from gspo.trainer.policy import load_policy
 
 
@@ -70,8 +70,8 @@ def test_adding_adapters_warns_nothing():
     import warnings
 
     from gspo.evals.arith import ALPHABET
-    from gspo.trainer.lora import add_lora
-    from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+    from gspo.trainer.model.lora import add_lora
+    from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
     model = build_tiny_qwen3(len(build_char_tokenizer(ALPHABET)), hidden_size=32, num_layers=1, intermediate_size=64,
                              num_heads=2, num_kv_heads=1, seed=0)

@@ -7,12 +7,12 @@ import torch
 from conftest import TINY
 
 from gspo.algos import policy_loss
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.models import build_tiny_qwen3
-from gspo.trainer.moe import RoutingRecorder, changed_decisions, find_routers, replay_gates
-from gspo.trainer.precision import Precision
-from gspo.trainer.rollout import Rollout
-from gspo.trainer.update import Batch, update
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.models import build_tiny_qwen3
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel.moe import RoutingRecorder, changed_decisions, find_routers, replay_gates
+from gspo.trainer.step.update import Batch, update
 
 N, S, T = 8, 12, 5  # sequences, prompt + completion tokens, completion tokens
 
@@ -116,7 +116,7 @@ def test_update_first_minibatch_is_on_policy_and_routing_drifts_only_without_rep
         seen.append(((kw["logp"] - kw["old_logp"]) * kw["mask"]).detach())
         return policy_loss(name, **kw)
 
-    import gspo.trainer.update as upd
+    import gspo.trainer.step.update as upd
 
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
@@ -148,8 +148,8 @@ def test_routing_replay_on_a_dense_model_is_one_line(gspo):
 
 def _moe_engine(dtype):
     from gspo.evals.arith import ALPHABET
-    from gspo.trainer.hf_engine import HFEngine
-    from gspo.trainer.models import build_char_tokenizer
+    from gspo.trainer.engines.hf_engine import HFEngine
+    from gspo.trainer.model.models import build_char_tokenizer
 
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,

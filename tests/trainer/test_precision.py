@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.precision import Precision, check_precision, resolve_precision
+from gspo.trainer.model.precision import Precision, check_precision, resolve_precision
 
 CPU = torch.device("cpu")
 
@@ -93,7 +93,7 @@ def test_bf16_trains_the_embedded_default_with_bf16_storage_and_resumes(gspo, tm
 def test_clip_grads_is_torchs_clipping_with_a_float64_norm():
     """clip_grads returns the norm before clipping, summed in float64 (a hand computation), and leaves the
     gradients torch.nn.utils.clip_grad_norm_ leaves; below the threshold it changes nothing."""
-    from gspo.trainer.precision import clip_grads
+    from gspo.trainer.model.precision import clip_grads
 
     torch.manual_seed(0)
     ours = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7))]

@@ -8,7 +8,7 @@ from conftest import TINY
 from gspo.conf import compose_config
 from gspo.trainer.coldstart import cold_start_path
 from gspo.trainer.policy import tiny_spec
-from gspo.trainer.progress import Progress, train_stats
+from gspo.trainer.run.progress import Progress, train_stats
 
 
 def test_eta_is_there_after_two_slow_steps():
@@ -49,9 +49,9 @@ def test_an_eval_in_chunks_draws_what_one_batch_draws_and_counts_problems():
     samples are those of one call."""
     from gspo.evals.arith import ALPHABET
     from gspo.evals.benchmarks.arith import arith_benchmark
+    from gspo.trainer.engines.hf_engine import HFEngine
     from gspo.trainer.evaluate import eval_benchmark
-    from gspo.trainer.hf_engine import HFEngine
-    from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+    from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=1, intermediate_size=64, num_heads=2,

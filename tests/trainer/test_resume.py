@@ -18,7 +18,7 @@ from conftest import LEARNING_SEED, TINY, without_timing
 from omegaconf import OmegaConf
 
 from gspo.conf import GspoError, compose_config, config_to_yaml
-from gspo.trainer.rundir import RunDir, default_run_id, read_jsonl
+from gspo.trainer.run.rundir import RunDir, default_run_id, read_jsonl
 
 
 def _saved_run(tmp_path: Path, *overrides: str) -> Path:
@@ -166,7 +166,7 @@ def test_a_checkpoint_without_its_manifest_is_not_trusted(tmp_path):
 
 PAUSE_AFTER_STEP0_ROW = """
 import os, sys
-from gspo.trainer import loggers
+from gspo.trainer.run import loggers
 fd, real = int(sys.argv[1]), loggers.Loggers.metrics
 
 def metrics(self, step, row):

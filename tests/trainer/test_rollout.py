@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gspo.evals.arith import ALPHABET
-from gspo.trainer.hf_engine import HFEngine
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.rollout import Rollout, completion_mask_from_eos, concat_rollouts
+from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.engines.rollout import Rollout, completion_mask_from_eos, concat_rollouts
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
 PROMPTS = ["12+345=", "7*8=", "9+9=", "4021*3="]  # different lengths: the batch is left-padded
 
@@ -234,8 +234,8 @@ def test_a_rows_completion_does_not_depend_on_its_batch(tiny, sampler):
 def test_row_sampler_draws_from_the_tempered_nucleus():
     """RowSampler keeps exactly one token per row, drawn from softmax(logits / T) restricted to the top-p
     nucleus: over 4000 seeded rows the frequencies match those probabilities (a 4-sigma band)."""
-    from gspo.trainer.logprobs import sampling_logits
-    from gspo.trainer.rollout import RowSampler
+    from gspo.trainer.engines.rollout import RowSampler
+    from gspo.trainer.model.logprobs import sampling_logits
 
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0, -3.0])
     n, temperature, top_p = 4000, 0.8, 0.9
@@ -322,7 +322,7 @@ def test_row_uniforms_are_splitmix64_of_seed_and_token_index():
     """The sampler's counter-based uniforms equal a pure-Python SplitMix64 (64-bit wrapping arithmetic,
     logical shifts), for seeds up to 2**62 and token indices up to 10**6: torch's int64 ops wrap as the
     reference does, and a row's uniform depends on its seed and token index alone."""
-    from gspo.trainer.rollout import row_uniforms
+    from gspo.trainer.engines.rollout import row_uniforms
 
     mask = (1 << 64) - 1
 
@@ -346,7 +346,7 @@ def test_row_uniforms_are_splitmix64_of_seed_and_token_index():
 def test_row_sampler_never_draws_a_zero_probability_token_at_the_top_of_the_cdf(monkeypatch):
     """A uniform that rounds up to the total (1 - 2**-53 in fp32) still lands on the last token with
     probability > 0, not on the zero-probability tail (outside the nucleus)."""
-    from gspo.trainer import rollout
+    from gspo.trainer.engines import rollout
 
     monkeypatch.setattr(rollout, "row_uniforms", lambda seeds, step: torch.full(seeds.shape, 1 - 2**-53, dtype=torch.float64))
     sampler = rollout.RowSampler([0, 1], torch.device("cpu"), temperature=1.0, top_p=1.0)
@@ -377,7 +377,7 @@ def test_a_lora_model_is_asked_through_its_base():
 
     from peft import LoraConfig, get_peft_model
 
-    from gspo.trainer.hf_engine import cache_keyword
+    from gspo.trainer.engines.hf_engine import cache_keyword
 
     model, _ = _tiny()
     lora = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"]))

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.rundir import LOGS, SET_ASIDE, RunDir, atomic_write_text, read_jsonl
+from gspo.trainer.run.rundir import LOGS, SET_ASIDE, RunDir, atomic_write_text, read_jsonl
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):

@@ -1,4 +1,4 @@
-"""DAPO's rollout options in the trainer (trainer/sampling.py), on a tiny random Qwen3 and the real hf engine:
+"""DAPO's rollout options in the trainer (trainer/step/sampling.py), on a tiny random Qwen3 and the real hf engine:
 dynamic sampling keeps informative groups and refills the batch from further draws, and the overlong penalty
 reaches the rewards the advantages see.
 
@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from gspo.conf import compose_config
-from gspo.trainer.context import StepContext
-from gspo.trainer.distributed import World
-from gspo.trainer.sampling import sample_batch
-from gspo.trainer.seeds import step_seed
-from gspo.trainer.task_types import Item, Task, uniform_draw
+from gspo.trainer.parallel.distributed import World
+from gspo.trainer.run.seeds import step_seed
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.sampling import sample_batch
+from gspo.trainer.tasks.task_types import Item, Task, uniform_draw
 from tests.conftest import TINY
 from tests.trainer.test_rollout import _engine, _tiny
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gspo.evals.arith import make_split
-from gspo.trainer.task_types import Item, Task, uniform_draw
-from gspo.trainer.tasks import TASKS, TRAINS, register_task, task_kind
+from gspo.trainer.tasks.registry import TASKS, TRAINS, register_task, task_kind
+from gspo.trainer.tasks.task_types import Item, Task, uniform_draw
 from tests.conftest import LEARNING_SEED
 
 ONE_STEP = (f"seed={LEARNING_SEED}", "train.steps=1", "train.eval_every=0", "logger.progress=false",

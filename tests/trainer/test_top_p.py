@@ -9,9 +9,9 @@ import torch
 from transformers.generation.logits_process import TopPLogitsWarper
 
 from gspo.evals.arith import ALPHABET
-from gspo.trainer.hf_engine import HFEngine
-from gspo.trainer.logprobs import OUTSIDE_NUCLEUS, completion_logprobs, sampling_logits
-from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.model.logprobs import OUTSIDE_NUCLEUS, completion_logprobs, sampling_logits
+from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
 
 def test_nucleus_by_hand():

@@ -12,7 +12,7 @@ import string
 
 import pytest
 
-from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
+from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_math_reward_and_eval_are_the_graders_verdicts(gspo, boxed_model, tmp_pa
     """A model that always answers \\boxed{3}: the reward of each completion is 1 exactly when the gold is 3,
     so reward/math and eval/math/accuracy are the share of 3s among the step's and the held-out golds."""
     from gspo.conf import compose_config
-    from gspo.trainer.tasks import build_task
+    from gspo.trainer.tasks.registry import build_task
 
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))

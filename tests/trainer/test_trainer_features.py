@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gspo.trainer import loop, scoring
-from gspo.trainer import update as update_module
+from gspo.trainer import loop
+from gspo.trainer.step import scoring
+from gspo.trainer.step import update as update_module
 from tests.conftest import LEARNING_SEED, without_timing
 
 ONE_STEP = (f"seed={LEARNING_SEED}", "train.steps=1", "train.eval_every=0", "logger.progress=false")

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from gspo.algos import policy_loss
-from gspo.trainer.distributed import World
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.models import build_tiny_qwen3
-from gspo.trainer.precision import Precision
-from gspo.trainer.rollout import Rollout
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.models import build_tiny_qwen3
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel.distributed import World
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.update import Batch, micro_batches, to_host, update
+from gspo.trainer.step.update import Batch, micro_batches, to_host, update
 
 N, P, T, V = 8, 3, 5, 13
 TOL = {"rel": 1e-5, "abs": 1e-6}  # float32 model and metrics

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from gspo.algos import group_advantages
-from gspo.trainer.models import build_tiny_qwen3
-from gspo.trainer.precision import Precision
-from gspo.trainer.rollout import Rollout
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.models import build_tiny_qwen3
+from gspo.trainer.model.precision import Precision
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.update import Batch, score, to_host, update
+from gspo.trainer.step.update import Batch, score, to_host, update
 
 P, T = 3, 4  # prompt and completion widths
 LENGTHS = [2, 4, 1, 3]  # completion lengths of the four sequences

@@ -18,9 +18,8 @@ import torch
 
 from gspo.conf import GspoError, compose_config
 from gspo.evals.arith import ALPHABET
-from gspo.trainer.hf_engine import HFEngine
-from gspo.trainer.models import build_char_tokenizer, build_tiny_qwen3
-from gspo.trainer.vllm_engine import (
+from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.engines.vllm_engine import (
     Platform,
     engine_dtype,
     find_local_model,
@@ -33,6 +32,7 @@ from gspo.trainer.vllm_engine import (
     sampling_kwargs,
     version_tuple,
 )
+from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -311,8 +311,8 @@ def test_engine_dtype_follows_the_trainer_model():
 
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message shown when vLLM is missing")
 def test_rollout_vllm_without_vllm_is_a_one_line_error():
-    import gspo.trainer.vllm_engine as module  # the helpers import without vLLM; the engine does not
-    from gspo.trainer.engines import make_engine
+    import gspo.trainer.engines.vllm_engine as module  # the helpers import without vLLM; the engine does not
+    from gspo.trainer.engines.registry import make_engine
 
     with pytest.raises(ImportError):
         module.VLLMEngine  # noqa: B018
@@ -330,7 +330,7 @@ def live():
     """One engine for the module (vLLM reserves memory per engine) on an in-memory tiny Qwen3 (head size 32:
     the CPU build's attention takes 32 and up)."""
     pytest.importorskip("vllm")
-    from gspo.trainer.vllm_engine import VLLMEngine
+    from gspo.trainer.engines.vllm_engine import VLLMEngine
 
     tok = char_tokenizer(pad_is_eos=False)
     model = build_tiny_qwen3(len(tok), hidden_size=128, num_layers=2, intermediate_size=256, num_heads=4,
@@ -345,7 +345,7 @@ PROMPTS = ["12+3=", "7*8=", "100+23=", "5="] * 4
 
 
 def _mean_logp_gap(cfg, model, rollout) -> float:
-    from gspo.trainer.logprobs import completion_logprobs
+    from gspo.trainer.model.logprobs import completion_logprobs
 
     with torch.no_grad():
         device = next(model.parameters()).device

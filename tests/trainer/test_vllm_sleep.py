@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import torch
 
 from gspo.evals.arith import ALPHABET
-from gspo.trainer.models import build_char_tokenizer
-from gspo.trainer.vllm_engine import SleepMode, _VLLMEngine
+from gspo.trainer.engines.vllm_engine import SleepMode, _VLLMEngine
+from gspo.trainer.model.models import build_char_tokenizer
 
 
 class FakeLLM:

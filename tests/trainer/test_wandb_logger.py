@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import LEARNING_SEED, TINY
 
-from gspo.trainer.loggers import wandb_mode
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.run.loggers import wandb_mode
+from gspo.trainer.run.rundir import read_jsonl
 
 pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
 

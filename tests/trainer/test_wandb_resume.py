@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gspo.trainer.rundir import read_jsonl
+from gspo.trainer.run.rundir import read_jsonl
 from tests.conftest import LEARNING_SEED
 
 pytest.importorskip("wandb.proto.wandb_internal_pb2")

@@ -1,6 +1,6 @@
 """Rollouts with vLLM (`pip install 'gspo[vllm]'`): the HFEngine contract, served by a colocated vLLM.
 
-Same `Rollout` as HFEngine (trainer/rollout.py): prompts are tokenized by the trainer's tokenizer (no
+Same `Rollout` as HFEngine (trainer/engines/rollout.py): prompts are tokenized by the trainer's tokenizer (no
 special tokens added) and sent as token ids, so both engines see identical prompts; the completion mask
 covers each completion up to and including its first end-of-sequence token, found by position, never
 by comparing with the pad id (Qwen pads with its eos). Texts are decoded by the trainer's tokenizer.
@@ -36,7 +36,7 @@ before vLLM is imported; vLLM's own default is far larger), the engine runs eage
 threads) is undone once the engine is up, so the trainer's thread settings still apply.
 
 Log-prob semantics. The trainer scores a token as log_softmax(logits / temperature) over the top-p
-nucleus (trainer/logprobs.py), the distribution vLLM samples from. vLLM's V1 sampler returns, by default, *raw* log-probs:
+nucleus (trainer/model/logprobs.py), the distribution vLLM samples from. vLLM's V1 sampler returns, by default, *raw* log-probs:
 log_softmax(logits) before temperature, penalties and top-k/top-p. Since vLLM 0.10.2,
 `LLM(logprobs_mode="processed_logprobs")` returns them after temperature and top-k/top-p instead, which
 is what this engine asks for when `algo.old_logp_source=engine`. These equal the trainer's when
@@ -45,7 +45,7 @@ log-probs, equal to the trainer's only at temperature 1, so other temperatures a
 V0 engine (VLLM_USE_V1=0, vLLM < 0.11) always returned processed ones. Greedy calls (evals) request no
 log-probs and return `engine_logp=None`.
 
-`VLLMEngine` is resolved lazily (PEP 562 `__getattr__` at the bottom): `from gspo.trainer.vllm_engine
+`VLLMEngine` is resolved lazily (PEP 562 `__getattr__` at the bottom): `from gspo.trainer.engines.vllm_engine
 import VLLMEngine` raises ImportError when vLLM is missing, which `make_engine` turns into a one-line
 GspoError, while the pure helpers here (outputs -> Rollout, sampling arguments, version rules) import
 and are tested without vLLM.
@@ -68,8 +68,8 @@ from pathlib import Path
 import torch
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.rollout import Rollout, completion_mask_from_eos, eos_ids_of
-from gspo.trainer.scoring import ENGINE, old_logp_origin
+from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
+from gspo.trainer.engines.rollout import Rollout, completion_mask_from_eos, eos_ids_of
 
 PROCESSED_LOGPROBS_SINCE = (0, 10, 2)  # first vLLM whose LLM(...) takes logprobs_mode="processed_logprobs"
 
@@ -437,7 +437,7 @@ class _VLLMEngine:
 def colocated_kwargs() -> dict:
     """Under torchrun, one engine per rank on the rank's own GPU, inside the job's processes: vLLM's
     external_launcher executor (what TRL's colocate mode uses) takes the world torchrun set up instead of
-    starting workers of its own. Tensor parallelism across ranks is refused (trainer/distributed.py)."""
+    starting workers of its own. Tensor parallelism across ranks is refused (trainer/parallel/distributed.py)."""
     return {"distributed_executor_backend": "external_launcher"} if int(os.environ.get("WORLD_SIZE", 1)) > 1 else {}
 
 

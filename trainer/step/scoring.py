@@ -1,7 +1,7 @@
-"""The old and reference log-probs of a rollout batch, before its updates, and the one decision of where
-the loss's old log-probs come from (`old_logp_origin`).
+"""The old and reference log-probs of a rollout batch, before its updates, from where
+`engines.logp_origin.old_logp_origin` says the loss's old log-probs come.
 
-Dropout is off in every model (trainer/models.py), so a scoring forward here and the update's forward are
+Dropout is off in every model (trainer/model/models.py), so a scoring forward here and the update's forward are
 the same function of the weights.
 """
 
@@ -11,33 +11,15 @@ from contextlib import nullcontext
 
 import torch
 
-from gspo.trainer import distributed, fsdp
-from gspo.trainer.context import StepContext
-from gspo.trainer.distributed import World
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.lora import adapters_disabled
-from gspo.trainer.moe import RoutingRecorder
-from gspo.trainer.precision import Precision
-from gspo.trainer.rollout import Rollout
-
-# Where the loss's old log-probs come from (algo.old_logp_source picks; `old_logp_origin` decides):
-ENGINE = "engine"  # the rollout engine's own, whatever its precision (paper sec. 5.3); a trainer forward is
-#                    still run, for the sampler-trainer mismatch metrics and the TIS / MIS corrections
-SAMPLER = "sampler"  # the hf lean sampler's own, where they equal a trainer forward to fp tolerance (auto)
-FORWARD = "forward"  # a scoring forward of the trainer
-
-
-def old_logp_origin(algo, *, sampling=None, precision: Precision | None = None, rollout: Rollout | None = None,
-                    routing: RoutingRecorder | None = None) -> str:
-    """ENGINE, SAMPLER or FORWARD. Before a batch is sampled (no `rollout`), only ENGINE is knowable: it says
-    whether the engine must return its log-probs. SAMPLER (algo.old_logp_source=auto) needs the batch: the
-    lean hf sampler on the trained model, sampling and scoring both in fp32, and no MoE routers to record."""
-    if algo.old_logp_source == "engine":
-        return ENGINE
-    exact = (algo.old_logp_source == "auto" and rollout is not None and rollout.engine_entropy is not None
-             and sampling.engine == "hf" and sampling.sampler == "lean" and sampling.dtype == "auto"
-             and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
-    return SAMPLER if exact else FORWARD
+from gspo.trainer.engines.logp_origin import SAMPLER, old_logp_origin
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.lora import adapters_disabled
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel import distributed, fsdp
+from gspo.trainer.parallel.distributed import World
+from gspo.trainer.parallel.moe import RoutingRecorder
+from gspo.trainer.step.context import StepContext
 
 
 def old_logprobs(ctx: StepContext, rollout: Rollout):

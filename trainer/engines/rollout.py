@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import LogitsProcessor
 
-from gspo.trainer.logprobs import sampling_logits
+from gspo.trainer.model.logprobs import sampling_logits
 
 
 @dataclass

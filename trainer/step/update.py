@@ -2,8 +2,8 @@
 
 Nothing here knows which algorithm runs: the loss, its options and its metrics come from
 `gspo.algos.policy_loss`, and each metric reduces as the algorithm declares (token or sequence mean,
-sum, min, max; trainer/reduction.py). The old and reference log-probs come from trainer/scoring.py. One
-`StepContext` (trainer/context.py) carries the config's nodes and the model, precision and optimizer.
+sum, min, max; trainer/step/reduction.py). The old and reference log-probs come from trainer/step/scoring.py. One
+`StepContext` (trainer/step/context.py) carries the config's nodes and the model, precision and optimizer.
 Micro-batches inside a minibatch (gradient accumulation) pass the minibatch's own sequence and token
 counts as denominators, so their losses add up to the minibatch loss exactly (scaling means by the
 local micro-batch size is a bug peers shipped).
@@ -11,7 +11,7 @@ local micro-batch size is a bug peers shipped).
 Devices: every tensor lives on the model's device; the shuffle and the bookkeeping (completion lengths,
 denominators, widths) are host values, so the update makes no host sync until its metrics are read
 (`reduction.to_host`, once per step). The model is in training mode only here, which is what turns gradient
-checkpointing on; dropout is off in every model (trainer/models.py), so old and new log-probs come from
+checkpointing on; dropout is off in every model (trainer/model/models.py), so old and new log-probs come from
 the same function.
 """
 
@@ -26,16 +26,16 @@ from gspo.algos import get as get_algorithm
 from gspo.algos import policy_loss, ratio_diagnostics
 from gspo.algos.metrics import CLIP, GRAD_NORM, LR, RATIO, reductions, section
 from gspo.algos.registry import SUM
-from gspo.trainer import distributed, fsdp
-from gspo.trainer.context import StepContext
-from gspo.trainer.distributed import World
-from gspo.trainer.guards import NonFinite
-from gspo.trainer.logprobs import completion_logprobs
-from gspo.trainer.moe import RoutingRecorder
-from gspo.trainer.precision import Precision
-from gspo.trainer.reduction import MetricSums, reduce_metrics, to_host
-from gspo.trainer.rollout import Rollout
-from gspo.trainer.scoring import score
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.logprobs import completion_logprobs
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel import distributed, fsdp
+from gspo.trainer.parallel.distributed import World
+from gspo.trainer.parallel.moe import RoutingRecorder
+from gspo.trainer.run.guards import NonFinite
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.reduction import MetricSums, reduce_metrics, to_host
+from gspo.trainer.step.scoring import score
 
 __all__ = ["UPDATE_METRICS", "Batch", "micro_batches", "run_updates", "score", "to_host", "update"]  # score, to_host:
 # where the update's tests have always imported them from
@@ -87,7 +87,7 @@ def run_updates(ctx: StepContext, batch: Batch, *, seed: int, undoable: bool = F
     of them. `ctx.sampling` says how the tokens were sampled: temperature, top_p, and max_new_tokens, the
     constant normaliser of Dr. GRPO's aggregation. With `undoable` (on_nonfinite=skip), a NonFinite raised
     by any update first restores the state the batch started from. With several processes (`ctx.world`),
-    every rank holds the whole batch and computes the micro-batches dealt to it (trainer/distributed.py)."""
+    every rank holds the whole batch and computes the micro-batches dealt to it (trainer/parallel/distributed.py)."""
     state = _Pass({**get_algorithm(ctx.algo.name).metrics, **UPDATE_METRICS})
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
     snapshot = _snapshot(ctx) if undoable else None

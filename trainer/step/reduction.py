@@ -11,7 +11,7 @@ import torch
 
 from gspo.algos.metrics import DIAG, section
 from gspo.algos.registry import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
-from gspo.trainer import distributed
+from gspo.trainer.parallel import distributed
 
 
 class MetricSums:

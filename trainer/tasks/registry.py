@@ -22,8 +22,8 @@ from gspo.conf.errors import GspoError
 from gspo.evals.arith import grade_arith, grade_steps, is_held_out, make_split, sample_problem
 from gspo.evals.graders.math import grade_math
 from gspo.evals.records import load_hub_rows, read_records
-from gspo.trainer.code_task import code_task
-from gspo.trainer.task_types import Item, Task, graded_by, hold_out, require_dataset, uniform_draw
+from gspo.trainer.tasks.code_task import code_task
+from gspo.trainer.tasks.task_types import Item, Task, graded_by, hold_out, require_dataset, uniform_draw
 
 # What the embedded model (model=tiny, which knows only arithmetic) makes of a task kind:
 TRAINS, WARNS, REFUSES = "trains", "warns", "refuses"

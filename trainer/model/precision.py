@@ -9,7 +9,7 @@ are copied up, clipped and stepped there, and the weights copied back down. bflo
 bits, so AdamW applied to bf16 weights at lr 1e-6 rounds most updates away (1 + 2^-9 == 1 in bf16); the
 master accumulates them until they add up to a change the stored weights can hold.
 fp16 adds a dynamic loss scale (torch.amp.GradScaler): its 5 exponent bits underflow small gradients.
-Log-probs that enter a ratio are computed in fp32 whatever the precision (trainer/logprobs.py).
+Log-probs that enter a ratio are computed in fp32 whatever the precision (trainer/model/logprobs.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def clip_grads(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale the gradients of `params` to a global L2 norm of at most `max_norm` (as
     torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), capped at 1); returns the norm
     before clipping (fp32, 0-dim). Squares are summed in float64, per tensor and then over tensors, so the
-    norm of the same gradients split into shards another way (FSDP's, trainer/fsdp.py) agrees to ~1e-15; a
+    norm of the same gradients split into shards another way (FSDP's, trainer/parallel/fsdp.py) agrees to ~1e-15; a
     sharded gradient (DTensor) adds its local shard, and one all_reduce adds the ranks' shards."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from gspo.algos.metrics import LOAD_MAX, ROUTING_CHANGED
-from gspo.trainer import distributed
+from gspo.trainer.parallel import distributed
 
 
 def find_routers(model: nn.Module) -> list[nn.Module]:

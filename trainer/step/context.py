@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from gspo.trainer.distributed import World
-from gspo.trainer.moe import RoutingRecorder
-from gspo.trainer.precision import Precision
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel.distributed import World
+from gspo.trainer.parallel.moe import RoutingRecorder
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from gspo.algos.metrics import (
     GROUPS_REFILLED,
     OVERLONG_PENALTY,
 )
-from gspo.trainer import distributed
-from gspo.trainer.distributed import World
-from gspo.trainer.rollout import Rollout, concat_rollouts
-from gspo.trainer.seeds import step_seed
-from gspo.trainer.task_types import Item, Task, prompt_text
+from gspo.trainer.engines.rollout import Rollout, concat_rollouts
+from gspo.trainer.parallel import distributed
+from gspo.trainer.parallel.distributed import World
+from gspo.trainer.run.seeds import step_seed
+from gspo.trainer.tasks.task_types import Item, Task, prompt_text
 
 
 def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gspo.algos.metrics import EVAL
 from gspo.evals.benchmarks.types import is_count
-from gspo.trainer.rundir import RunDir
+from gspo.trainer.run.rundir import RunDir
 
 
 def wandb_mode(setting: str) -> str:

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.rundir import RunDir, atomic_write_text
+from gspo.trainer.run.rundir import RunDir, atomic_write_text
 
 COLLECTIVE_TIMEOUT = timedelta(hours=2)
 FAILED_RANK = "failed_rank"  # <run>/failed_rank<r>.txt: the error of rank r, until rank 0 records it in run.json

@@ -25,7 +25,7 @@ from gspo.evals.benchmarks import Problem, load_benchmark
 from gspo.evals.benchmarks.livecodebench import MEMORY_MB
 from gspo.evals.graders.code import extract_code, run_code
 from gspo.evals.parallel import parallel_map
-from gspo.trainer.task_types import Item, Task, hold_out, require_dataset, uniform_draw
+from gspo.trainer.tasks.task_types import Item, Task, hold_out, require_dataset, uniform_draw
 
 
 def code_task(cfg) -> Task:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import importlib.util
 
 from gspo.conf.errors import GspoError
-from gspo.trainer import vllm_engine
-from gspo.trainer.hf_engine import HFEngine
-from gspo.trainer.models import DTYPES
-from gspo.trainer.scoring import ENGINE, old_logp_origin
+from gspo.trainer.engines import vllm_engine
+from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
+from gspo.trainer.model.models import DTYPES
 
 
 def require_engine(sampling) -> None:

@@ -1,5 +1,5 @@
 """The hf engine: sampling with the trained transformers model itself (`rollout.engine=hf`), built by
-`engines.make_engine` as the vLLM engine (vllm_engine.py) is. Its rows are `Rollout`s (rollout.py), drawn
+`registry.make_engine` as the vLLM engine (vllm_engine.py) is. Its rows are `Rollout`s (rollout.py), drawn
 with the per-row counter-based sampler `RowSampler`."""
 
 from __future__ import annotations
@@ -15,10 +15,16 @@ try:  # the cache layer a DynamicCache is made of (transformers >= 4.56)
 except ImportError:  # pragma: no cover - older transformers: the growing cache is used as it is
     DynamicLayer = None
 
-from gspo.trainer import fsdp
-from gspo.trainer.logprobs import sampling_logits
-from gspo.trainer.moe import DecodeRouting
-from gspo.trainer.rollout import Rollout, RowSampler, completion_mask_from_eos, concat_rollouts, eos_ids_of
+from gspo.trainer.engines.rollout import (
+    Rollout,
+    RowSampler,
+    completion_mask_from_eos,
+    concat_rollouts,
+    eos_ids_of,
+)
+from gspo.trainer.model.logprobs import sampling_logits
+from gspo.trainer.parallel import fsdp
+from gspo.trainer.parallel.moe import DecodeRouting
 
 
 class HFEngine:

@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # torch's own setting for where compiled kernels are kept
 OUTSIDE_NUCLEUS = -1e4  # a logit whose exp underflows to exactly 0 next to any real logit
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled body
-# A sharded model (trainer/fsdp.py) carries this method, registered with FSDP so that its hooks gather the
+# A sharded model (trainer/parallel/fsdp.py) carries this method, registered with FSDP so that its hooks gather the
 # root's weights (embeddings, output layer) around the whole computation, which calls the body and the
 # output layer directly, not the model's forward
 SHARDED_ENTRY = "gspo_completion_logprobs"

@@ -16,9 +16,9 @@ from torch import Tensor
 
 from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.conf.errors import GspoError
-from gspo.trainer.rollout import Rollout
-from gspo.trainer.scoring import ENGINE, old_logp_origin
-from gspo.trainer.task_types import Task
+from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.tasks.task_types import Task
 
 
 def check_algorithm(algo, task: Task) -> None:

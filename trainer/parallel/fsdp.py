@@ -3,7 +3,7 @@ with PyTorch's own `torch.distributed.fsdp.fully_shard`, for models whose weight
 one device; checkpoints in torch.distributed.checkpoint (DCP) shards, and their conversion to a Hugging
 Face folder (`gspo export-hf`).
 
-What changes against plain data parallelism (trainer/distributed.py), and why:
+What changes against plain data parallelism (trainer/parallel/distributed.py), and why:
 - every decoder layer and the root are `fully_shard`ed: a forward all-gathers a layer's weights, a backward
   reduce-scatters its gradients; so every rank must run the same number of forwards and backwards. The
   update and the scoring deal out the same micro-batches, and a rank with fewer takes a dummy turn (a
@@ -42,7 +42,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.logprobs import SHARDED_ENTRY, completion_logprobs_of
+from gspo.trainer.model.logprobs import SHARDED_ENTRY, completion_logprobs_of
 
 SHARDS = "dcp"  # a sharded checkpoint's DCP folder
 

@@ -1,0 +1,30 @@
+"""The one decision of where the loss's old log-probs come from (`old_logp_origin`): the engine's own, the
+hf lean sampler's own, or a scoring forward of the trainer. Read by the engines (must they return their
+log-probs?) and by the step (trainer/step/scoring.py, advantages.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from gspo.trainer.engines.rollout import Rollout
+from gspo.trainer.model.precision import Precision
+from gspo.trainer.parallel.moe import RoutingRecorder
+
+# Where the loss's old log-probs come from (algo.old_logp_source picks; `old_logp_origin` decides):
+ENGINE = "engine"  # the rollout engine's own, whatever its precision (paper sec. 5.3); a trainer forward is
+#                    still run, for the sampler-trainer mismatch metrics and the TIS / MIS corrections
+SAMPLER = "sampler"  # the hf lean sampler's own, where they equal a trainer forward to fp tolerance (auto)
+FORWARD = "forward"  # a scoring forward of the trainer
+
+
+def old_logp_origin(algo, *, sampling=None, precision: Precision | None = None, rollout: Rollout | None = None,
+                    routing: RoutingRecorder | None = None) -> str:
+    """ENGINE, SAMPLER or FORWARD. Before a batch is sampled (no `rollout`), only ENGINE is knowable: it says
+    whether the engine must return its log-probs. SAMPLER (algo.old_logp_source=auto) needs the batch: the
+    lean hf sampler on the trained model, sampling and scoring both in fp32, and no MoE routers to record."""
+    if algo.old_logp_source == "engine":
+        return ENGINE
+    exact = (algo.old_logp_source == "auto" and rollout is not None and rollout.engine_entropy is not None
+             and sampling.engine == "hf" and sampling.sampler == "lean" and sampling.dtype == "auto"
+             and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
+    return SAMPLER if exact else FORWARD
