@@ -147,7 +147,7 @@ def _unshare_argv(runner: list[str], root: str, inodes: int) -> list[str]:
     links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
     binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
     binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
-    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": _BASE_TMPFS, "inodes": inodes}
+    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": _BASE_TMPFS, "inodes": inodes, "uid": SANDBOX_UID}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--ipc", "--uts", "--", sys.executable, "-I", "-S", "-B", "-c",
             _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]

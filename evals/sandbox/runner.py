@@ -6,16 +6,17 @@ no module-level imports or globals: `ruff` (F821) then flags any name a shipped 
 
 The runner is a zygote, pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a
 namespace's init from inside it, so a program cannot kill it. It never reads a job: for each job it forks a
-fresh job server, which reads the job from the grader, enters pid, mount and IPC namespaces of its own
-(everything the program starts ends with them) with fresh size- and inode-capped
+fresh job server, which reads the job from the grader, enters pid, mount, IPC and network namespaces of
+its own (everything the program starts ends with them; a fresh network namespace has only loopback, down) with fresh size- and inode-capped
 tmpfs /tmp and /dev/shm, joins a fresh session keyring, drops every capability, runs the job and exits. So
 every test and every checker run has a fresh process that no earlier job's data (a checker's expected
 output included) ever passed through, and nothing a program leaves behind reaches the next job or needs
 cleaning up. Runner and job servers are non-dumpable, so a program running as the same uid can neither
 ptrace them nor open their file descriptors. The program runs in a forked child with its own rlimits,
 process group and seccomp filter (see seccomp.py), stdin from a memfd. CPU time is charged for every
-process the program started: the job server is their subreaper and reaps them all, so what they used is
-its RUSAGE_CHILDREN, and the live ones are read from /proc while they run. The reply is a JSON header and
+process the program started: the job server is their subreaper and reaps them all (__WALL), so what they
+used is its RUSAGE_CHILDREN, and the live ones are read from /proc while they run; the seccomp filter
+refuses any new SIGCHLD action, so no worker is autoreaped (SIG_IGN, SA_NOCLDWAIT) with its CPU uncounted. The reply is a JSON header and
 then stdout and stderr as raw bytes (no escaping that could multiply them).
 """
 
@@ -81,7 +82,8 @@ def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
     os.write(took_w, b"j")
     os.close(took_w)
     if cfg["isolate"]:
-        if libc.unshare(0x00020000 | 0x08000000 | 0x20000000) != 0:  # CLONE_NEWNS, NEWIPC, NEWPID
+        # CLONE_NEWNS, NEWIPC, NEWPID, NEWNET: no socket, counter or port of one job reaches the next
+        if libc.unshare(0x00020000 | 0x08000000 | 0x20000000 | 0x40000000) != 0:
             raise OSError(ctypes.get_errno(), "unshare")
         pid = os.fork()
         if pid:
@@ -461,7 +463,7 @@ def _rn_kill_all(pgid, wait_child):
             except ProcessLookupError:
                 pass
         try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
+            while os.waitpid(-1, os.WNOHANG | 0x40000000)[0]:  # __WALL: clone children with any exit signal
                 pass
         except ChildProcessError:
             break
