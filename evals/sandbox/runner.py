@@ -28,7 +28,7 @@ def _rn_main() -> None:
     import signal
     import sys
 
-    for name in ("gc", "math", "resource", "select", "time", "traceback", "types"):
+    for name in ("binascii", "gc", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
@@ -109,10 +109,10 @@ def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
 
 
 def _rn_isolate(libc, cfg, tmpfs):
-    """As pid 1 of fresh pid, mount and IPC namespaces: a /proc of our own; fresh tmpfs /tmp and /dev/shm
+    """As pid 1 of fresh pid, mount, IPC and net namespaces: a /proc of our own; fresh tmpfs /tmp and /dev/shm
     of `tmpfs` bytes ({path: n}) and cfg["inodes"] inodes each, the Python prefix re-bound where it lived
-    under them; then every capability dropped for good (bwrap gave CAP_SYS_ADMIN, unshare root's, for
-    this alone)."""
+    under them; then every capability dropped for good (bwrap and unshare.py gave the runner CAP_SYS_ADMIN,
+    as uid 65534, for this alone)."""
     import ctypes
     import os
 
@@ -131,7 +131,7 @@ def _rn_isolate(libc, cfg, tmpfs):
         # a bind keeps its source's read-only, nosuid and nodev flags
         check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, 4096 | 16384, None), f"bind {path}")
         os.close(fd)
-    if os.getuid() == 0:  # root of its user namespace (unshare): exec must not give capabilities back
+    if os.getuid() == 0:  # root of its user namespace (neither backend now): exec must not give capabilities back
         for cap in range(64):
             libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
         check(libc.prctl(28, 1 | 2 | 4 | 8, 0, 0, 0), "securebits")  # SECBIT_NOROOT(+_LOCKED), NO_SETUID_FIXUP(+_LOCKED)
@@ -161,14 +161,15 @@ def _rn_write(fd, data):
 
 def _rn_run_job(job, workdir, prelude_ns, seccomp):
     """Run one job in a forked child; return its RunResult fields (stdout, stderr as bytes)."""
+    import binascii
     import gc
     import os
     import resource
     import time
 
-    for name, text in job["files"].items():
-        with open(os.path.join(workdir, name), "w", encoding="utf-8") as f:
-            f.write(text)
+    for name, text in job["files"].items():  # base64 of the UTF-8 bytes
+        with open(os.path.join(workdir, name), "wb") as f:
+            f.write(binascii.a2b_base64(text))
     stdin_fd = os.memfd_create("stdin", 0)
     _rn_write(stdin_fd, job["stdin"].encode())
     os.lseek(stdin_fd, 0, 0)

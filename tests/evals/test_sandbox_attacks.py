@@ -55,9 +55,9 @@ def test_cpu_of_unwaited_workers_is_charged(backend):
     code = ("import os, time\npipes = []\nfor i in range(2):\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
             "        while time.process_time() < 0.35:\n            pass\n        os.write(w, b'x')\n        os._exit(0)\n"
             "    pipes.append(r)\nprint(len(b''.join(os.read(r, 1) for r in pipes)), flush=True)\nos._exit(0)")
-    result = run_code(code, [{"input": "", "output": "2"}], timeout_s=0.5, memory_mb=128)
-    assert result.verdict == "time_limit", result
-    assert result.tests[0].cpu_s > 0.5
+    with Sandbox() as sb:  # a wall limit far away: only CPU explains the kill, whatever the machine's load
+        result = sb.run(Job(code=code, cpu_s=0.5, wall_s=60))
+    assert result.limit == "cpu" and result.cpu_s > 0.5, result
 
 
 # Workers forked in pairs, each burning 0.05 s of CPU and writing what it burnt to a pipe, after the program
@@ -379,9 +379,12 @@ import json, resource
 from gspo.evals.graders.code import run_code
 run_code("print(1)", [{"input": "", "output": "1"}], timeout_s=2, memory_mb=128)  # warm: probe, imports
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-r = run_code("import os\\nos.write(1, b'\\\\x01' * ((16 << 20) - 1))\\nos.write(1, b'\\\\n')", [{"input": "", "output": "1"}],
-             timeout_s=5, memory_mb=128)
-print(json.dumps({"verdict": r.verdict, "grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+code = "import os\\nos.write(1, b'\\\\x01' * ((16 << 20) - 1))\\nos.write(1, b'\\\\n')"
+r = run_code(code, [{"input": "", "output": "1"}], timeout_s=5, memory_mb=128)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+checked = run_code(code, [{"input": "", "output": "1"}], timeout_s=5, memory_mb=128, checker="print(0)")
+print(json.dumps({"verdict": r.verdict, "grown_mb": grown, "checker_verdict": checked.verdict,
+                  "checker_grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
 """
 
 
@@ -390,6 +393,8 @@ def test_control_bytes_in_output_do_not_multiply_in_the_grader(backend):
     themselves; JSON escaping would make each byte six."""
     seen = _grader(_OUTPUT, backend)
     assert seen["verdict"] == "wrong_answer" and seen["grown_mb"] < 64, seen
+    # the output goes on to a checker as a file, base64 in the job (JSON escaping grew the grader by 224 MiB)
+    assert seen["checker_verdict"] == "wrong_answer" and seen["checker_grown_mb"] < 150, seen
 
 
 # 4 MiB of output shaped for each comparison: before streaming, 2M tokens parsed as Decimal grew the grader by
