@@ -13,14 +13,22 @@ Follows lcb_runner/evaluation/testing_util.py (LiveCodeBench):
 Departures, all deliberate: each test runs in a fresh process (not one process for all tests), the
 time limit is CPU time (the harness uses a wall-clock alarm; CPU time does not depend on machine load)
 with a wall-clock backstop of 2 * timeout_s + 1 for programs that sleep or block, and a functional
-return value is compared after a JSON round trip (so nested tuples also count as lists).
+return value is compared after a JSON round trip (so nested tuples also count as lists). Comparisons are
+streamed (a line and a token at a time, stopped at the first difference) so that no output, up to the
+sandbox's 16 MiB cap (beyond: output_limit), makes lists of its lines, tokens or numbers in the grader's
+process; a functional return value over 4 times the expected answer's JSON (plus 64 KiB) is output_limit,
+not parsed. CodeForces' token comparison splits on testlib's whitespace (space, tab, CR, LF) only.
 """
 
 from __future__ import annotations
 
 import decimal
 import json
+import math
+import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from itertools import zip_longest
 from typing import Literal
 
 from gspo.conf.errors import GspoError
@@ -35,6 +43,11 @@ LCB_PRELUDE = "\n".join(f"from {m} import *" for m in (
                             "random", "statistics", "itertools", "functools", "operator", "io", "sys", "json"))
 LCB_RECURSION_LIMIT = 50000
 _SHOW = 1000  # characters of stdout/stderr/expected kept per test
+# functional mode: output longer than this many times the expected answer's JSON (plus the slack) is not
+# parsed: json.loads of 16 MiB of "[{},{},...]" alone would take the grader ~420 MiB
+_JSON_FACTOR, _JSON_SLACK = 4, 1 << 16
+_ACCEPT = ("1", "ok", "yes", "true")  # a checker's explicit yes (first token of its stdout, any case)
+_REJECT = ("0", "no", "false", "wrong", "wa")
 
 
 @dataclass
@@ -85,43 +98,68 @@ def extract_code(response: str) -> str | None:
 
 
 def lcb_output_matches(output: str, expected: str) -> bool:
-    """LiveCodeBench's stdin comparison: stripped lines, exact or as equal Decimal token lists.
+    """LiveCodeBench's stdin comparison: stripped lines, exact or as equal Decimal token lists. Streamed: one
+    line and one token at a time, stopped at the first difference, so no output makes a list of its lines,
+    tokens or numbers in the grader (the same verdict as comparing the lists).
 
     >>> lcb_output_matches("1.50 2\\n", "1.5 2")
     True
     >>> lcb_output_matches("1 2", "1\\n2")
     False
     """
-    got, want = _stripped_lines(output), _stripped_lines(expected)
-    if len(got) != len(want):
-        return False
-    return all(_line_matches(a, b) for a, b in zip(got, want, strict=True))
+    return all(a is not None and b is not None and _line_matches(a, b)
+               for a, b in zip_longest(_stripped_lines(output), _stripped_lines(expected)))
 
 
 def _line_matches(got: str, want: str) -> bool:
+    """Equal text, or tokens (split as str.split does) that are pairwise equal finite decimals; NaN, sNaN
+    and Infinity compare as text only (comparing an sNaN raises decimal.InvalidOperation, and a grader must
+    not be crashed by output)."""
     if got == want:
         return True
-    got_numbers = _decimals(got)
-    return got_numbers is not None and got_numbers == _decimals(want)
+    for a, b in zip_longest(_UNICODE_TOKEN.finditer(got), _UNICODE_TOKEN.finditer(want)):
+        x, y = _decimal(a), _decimal(b)
+        if x is None or y is None or x != y:
+            return False
+    return True
 
 
 def tokens_match(output: str, expected: str) -> bool:
-    """Whitespace-token comparison (testlib's default checker): line breaks and spacing are free."""
-    return output.split() == expected.split()
+    """Whitespace-token comparison (testlib's default checker): line breaks and spacing are free, and
+    whitespace is testlib's (space, tab, CR, LF): a no-break or ideographic space is part of a token.
+    Streamed and stopped at the first difference, as lcb_output_matches.
+
+    >>> tokens_match("1\\n 2 ", "1 2"), tokens_match("1\\u00a02", "1 2")
+    (True, False)
+    """
+    return all(a is not None and b is not None and a.group() == b.group()
+               for a, b in zip_longest(_ASCII_TOKEN.finditer(output), _ASCII_TOKEN.finditer(expected)))
 
 
-def _stripped_lines(text: str) -> list[str]:
-    return [line.strip() for line in text.strip().split("\n")]
+_ASCII_TOKEN = re.compile(r"[^ \t\r\n]+")
+_UNICODE_TOKEN = re.compile(r"\S+")  # str.split()'s whitespace: re's \s is Py_UNICODE_ISSPACE too
+# a token a checker may read as NaN or an infinity (float() and Decimal both parse these, any case)
+_NON_FINITE = re.compile(r"(?<!\S)[+-]?(?:s?nan\d*|inf(?:inity)?)(?!\S)", re.IGNORECASE)
 
 
-def _decimals(line: str) -> list[decimal.Decimal] | None:
-    """The line's tokens as finite decimals, or None: NaN, sNaN and Infinity compare as text only
-    (comparing an sNaN raises decimal.InvalidOperation, and a grader must not be crashed by output)."""
+def _stripped_lines(text: str) -> Iterator[str]:
+    """text.strip().split("\\n"), each line stripped, one line at a time."""
+    text, start = text.strip(), 0
+    while (end := text.find("\n", start)) >= 0:
+        yield text[start:end].strip()
+        start = end + 1
+    yield text[start:].strip()
+
+
+def _decimal(token: re.Match | None) -> decimal.Decimal | None:
+    """The token as a finite decimal, or None (no token, not a number, or NaN/sNaN/Infinity)."""
+    if token is None:
+        return None
     try:
-        numbers = [decimal.Decimal(token) for token in line.split()]
+        number = decimal.Decimal(token.group())
     except (decimal.InvalidOperation, ValueError):
         return None
-    return numbers if all(n.is_finite() for n in numbers) else None
+    return number if number.is_finite() else None
 
 
 def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None, timeout_s: float,
@@ -132,8 +170,12 @@ def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None,
     timeout_s is the CPU-time limit per test, memory_mb the address-space limit per test. fn_name
     selects functional mode. prelude gives the LiveCodeBench harness's implicit imports and SystemExit
     handling. compare: "lines" (LiveCodeBench) or "tokens" (testlib's default). checker: Python source
-    run as `checker.py input.txt correct_output.txt solution_output.txt` that accepts by exiting 0 with
-    an empty stdout or a first token of 1/ok/yes/true (or a score >= 1), and rejects by exiting 1 or 2.
+    run as `checker.py input.txt correct_output.txt solution_output.txt`; it must say yes explicitly: exit 0
+    with a first stdout token of 1/ok/yes/true (any case) or a finite score >= 1. It rejects by exiting 1
+    or 2, or exiting 0 with 0/no/false/wrong/wa or a score below 1; anything else (silence, a crash, another
+    exit code, an unparsable reply) is checker_error, never accepted. Output with a token naming a
+    non-finite number (nan, inf, infinity, snan, any case or sign) is a wrong answer without running the
+    checker: a tolerance checker that rejects "error > eps" would pass NaN.
     """
     _check_tests(tests, fn_name)
     if not code or not code.strip():
@@ -205,11 +247,20 @@ def _compare(sandbox: Sandbox, raw: RunResult, result: TestResult, test: dict, *
              compare: str, checker: str | None) -> TestResult:
     expected = test["output"]
     if checker is not None:
-        result.verdict, result.message = _run_checker(sandbox, checker, test["input"], expected, raw.stdout)
+        if bad := _NON_FINITE.search(raw.stdout):  # "nan" passes a checker that rejects "error > eps"
+            result.verdict, result.message = "wrong_answer", f"non-finite number {bad.group()[:20]!r} in the output"
+        else:
+            result.verdict, result.message = _run_checker(sandbox, checker, test["input"], expected, raw.stdout)
         return result
     if fn_name:
+        want = json.loads(expected)
+        bound = _JSON_FACTOR * len(json.dumps(want)) + _JSON_SLACK
+        if len(raw.stdout) > bound:
+            result.verdict = "output_limit"
+            result.message = f"returned {len(raw.stdout)} characters of JSON for an answer of {len(expected)}: not parsed"
+            return result
         try:
-            ok = json.loads(raw.stdout) == json.loads(expected)
+            ok = json.loads(raw.stdout) == want
         except (ValueError, RecursionError):  # any bytes give a verdict: "[" * 10**6 recurses
             ok = False
     else:
@@ -224,16 +275,27 @@ def _run_checker(sandbox: Sandbox, checker: str, test_input: str, expected: str,
     files = {"input.txt": test_input, "correct_output.txt": expected, "solution_output.txt": output}
     raw = sandbox.run(Job(code=checker, cpu_s=10.0, memory_mb=1024, filename="checker.py",
                           argv=("checker.py", *files), files=files))
-    said = raw.stdout.split()[:1]
     if raw.error or not raw.compiled or raw.limit or raw.exit_code not in (0, 1, 2):
         return "checker_error", f"checker failed: {raw.error or raw.stderr.strip()[-200:] or raw.limit}"
-    if raw.exit_code == 0 and (not said or said[0].lower() in ("1", "ok", "yes", "true") or _score(said[0]) >= 1):
+    reply = raw.stdout.strip()[:200]
+    if raw.exit_code != 0:
+        return "wrong_answer", f"checker: {reply or 'rejected'}"
+    said = _UNICODE_TOKEN.search(raw.stdout)
+    if said is None:
+        return "checker_error", "checker exited 0 without a reply: it must say yes (1, ok, yes, true or a score >= 1)"
+    word = said.group().lower()
+    score = _score(word)
+    if word in _ACCEPT or (score is not None and score >= 1):
         return "accepted", ""
-    return "wrong_answer", f"checker: {raw.stdout.strip()[:200] or 'rejected'}"
+    if word in _REJECT or score is not None:
+        return "wrong_answer", f"checker: {reply}"
+    return "checker_error", f"checker's reply is neither yes nor no: {reply[:100]!r}"
 
 
-def _score(token: str) -> float:
+def _score(token: str) -> float | None:
+    """The token as a finite score, or None."""
     try:
-        return float(token)
+        score = float(token)
     except ValueError:
-        return 0.0
+        return None
+    return score if math.isfinite(score) else None

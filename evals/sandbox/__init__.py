@@ -7,7 +7,7 @@ One `Sandbox` is one isolated runner process that executes jobs (one job = one p
 one after another, each in a fresh job server it forks. Layers, outermost first:
 
     grader thread --Popen--> [root only: drop shim] --exec--> backend --> runner (pid 1 of its namespace)
-    runner --fork--> one job server per job: pid 1 of fresh pid, mount and IPC namespaces, fresh /tmp,
+    runner --fork--> one job server per job: pid 1 of fresh pid, mount, IPC and net namespaces, fresh /tmp,
                      /dev/shm and session keyring, no capabilities
     job server --fork--> the program: own rlimits, process group and seccomp filter, stdin from memfd
 
@@ -53,7 +53,8 @@ def sandbox_protections(backend: str | None = None) -> dict[str, bool]:
     Keys: user_ns, pid_ns, net_ns, mount_ns, ipc_ns, readonly_fs (nothing outside the sandbox's own
     tmp is writable), host_fs_hidden, private_tmp (files in /tmp, /dev/shm, /var/tmp stay inside),
     host_sockets_blocked (no host unix socket, path or abstract, is reachable), no_nested_userns, unprivileged_uid (the real uid is not root), no_capabilities,
-    no_new_privs (setuid binaries grant nothing), seccomp (the program runs under the filter), rlimits,
+    no_new_privs (setuid binaries grant nothing), seccomp (the program runs under the filter), no_autoreap
+    (no new SIGCHLD action: the kernel reaps no worker with its CPU uncounted), rlimits,
     nproc_limit (the kernel ignores RLIMIT_NPROC for real root), network_isolated, scrubbed_env,
     memory_cgroup (a root grader made one for the sandbox: every process's memory counted together).
     """

@@ -10,10 +10,11 @@ line saying what to install, unless weak isolation is accepted explicitly (GSPO_
            Python prefix and a few /etc files; no capabilities for programs (bwrap leaves CAP_SYS_ADMIN to
            the runner, whose job servers use it for their namespaces and tmpfs, then drop it); nested
            user namespaces disabled where bwrap supports it.
-Under both, each job runs in pid, mount and IPC namespaces of its own with fresh size- and inode-capped
-tmpfs /tmp and /dev/shm, the only writable places (runner._rn_isolate).
+Under both, each job runs in pid, mount, IPC and network namespaces of its own with fresh size- and
+inode-capped tmpfs /tmp and /dev/shm, the only writable places (runner._rn_isolate).
   unshare  util-linux unshare into user, mount, pid, net, ipc and uts namespaces, then the same view
-           of the filesystem as bwrap, built by unshare.py; no capabilities, no nested user namespaces.
+           of the filesystem as bwrap, built by unshare.py, and uid/gid 65534 in a nested user namespace
+           with root unmapped (as bwrap's --uid); no capabilities, no further user namespaces.
   plain    a process group with rlimits, nothing more.
 Run as root, a small shim (`_shim_main`, shipped as source like the runner) first drops to uid/gid 65534
 (after exposing the Python prefix if it lives under a directory that uid cannot enter, such as /root): the
@@ -147,7 +148,7 @@ def _unshare_argv(runner: list[str], root: str, inodes: int) -> list[str]:
     links = {top: os.readlink(top) for top in _TOPS if os.path.islink(top)}
     binds = [top for top in _TOPS if os.path.isdir(top) and top not in links]
     binds += [*(f for f in _ETC_FILES if os.path.exists(f)), *_python_paths()]
-    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": _BASE_TMPFS, "inodes": inodes}
+    cfg = {"root": root, "links": links, "binds": binds, "tmpfs": _BASE_TMPFS, "inodes": inodes, "uid": SANDBOX_UID}
     return [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--ipc", "--uts", "--", sys.executable, "-I", "-S", "-B", "-c",
             _source(*NS_FUNCTIONS, call="_ns_main"), json.dumps(cfg), *runner]

@@ -1,7 +1,7 @@
 """Choosing the sandbox backend: a probe program run through each backend observes which protections it
 really gives, and the choice fails closed.
 
-The probe records namespaces, writes outside the sandbox (the host canary, /, and the host's /tmp,
+The probe records namespaces, whether SIGCHLD can be ignored (autoreaping), writes outside the sandbox (the host canary, /, and the host's /tmp,
 /dev/shm, /var/tmp), host unix sockets (by path and abstract name), nested user namespaces, the uid seen
 from the host, capabilities, limits and the seccomp filter. A backend is used for untrusted code only when
 it shows every STRONG protection, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1). A
@@ -52,6 +52,15 @@ def connects(address):
     except OSError:
         return False
 
+def autoreaps():
+    import signal
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel would reap children, CPU uncounted
+    except OSError:
+        return False
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    return True
+
 for folder in ("/tmp", "/dev/shm", "/var/tmp"):  # the host looks for these after the probe
     try:
         open(os.path.join(folder, host["tag"]), "w").close()
@@ -70,12 +79,13 @@ print(json.dumps({
     "as_limit": resource.getrlimit(resource.RLIMIT_AS)[0],
     "nproc_limit": resource.getrlimit(resource.RLIMIT_NPROC)[0],
     "env": sorted(os.environ),
+    "autoreap": autoreaps(),
     "nested_userns": ctypes.CDLL(None).unshare(0x10000000) == 0,  # CLONE_NEWUSER; the probe ends right after
 }))
 """
 # What "strong" means: untrusted code runs only where all of these were observed (see sandbox_protections).
 STRONG = ("host_fs_hidden", "readonly_fs", "private_tmp", "host_sockets_blocked", "no_nested_userns", "pid_ns",
-          "net_ns", "seccomp")
+          "net_ns", "seccomp", "no_autoreap")
 # A root grader needs these too, weak isolation accepted or not: uid 0 is what RLIMIT_NPROC does not bind.
 AS_ROOT = ("unprivileged_uid", "nproc_limit")
 WEAK_ENV = "GSPO_SANDBOX_WEAK"  # =1: accept a backend without STRONG isolation (also eval.weak_sandbox=true)
@@ -140,6 +150,7 @@ def _protections(seen: dict, uids: set[int], left: list[str]) -> dict[str, bool]
     prot["no_capabilities"] = seen["caps"] == 0
     prot["no_new_privs"] = seen["no_new_privs"]
     prot["seccomp"] = seen["seccomp"]
+    prot["no_autoreap"] = not seen["autoreap"]
     prot["rlimits"] = seen["as_limit"] != resource.RLIM_INFINITY
     prot["nproc_limit"] = prot["unprivileged_uid"] and seen["nproc_limit"] != resource.RLIM_INFINITY
     prot["network_isolated"] = seen["interfaces"] in ([], ["lo"]) and prot["net_ns"]

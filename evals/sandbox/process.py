@@ -2,12 +2,12 @@
 process through a given backend and talks to it.
 
 A `Runner` executes jobs (one job = one program run on one stdin) one after another, each in a fresh job
-server forked by the runner (which never reads a job): fresh pid, mount and IPC namespaces, /tmp and
+server forked by the runner (which never reads a job): fresh pid, mount, IPC and net namespaces, /tmp and
 /dev/shm (sized by the job's memory limit) and session keyring, so no job sees what an earlier one left or
 held (a checker's expected output included). Layers, outermost first:
 
     grader thread --Popen--> [root only: drop shim] --exec--> backend --> runner (pid 1 of its namespace)
-    runner --fork--> job server (reads the job; pid 1 of fresh namespaces; drops every capability)
+    runner --fork--> job server (reads the job; pid 1 of fresh pid, mount, IPC, net namespaces; no capabilities)
     job server --fork--> the program: own rlimits, process group and seccomp filter, stdin from memfd
 
 The backends (bwrap, unshare, plain) and the root uid-drop shim live in `backends`, the probe that
@@ -18,6 +18,7 @@ the probe chose. Language-level guards are not used: ctypes bypasses them.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -137,7 +138,11 @@ class Runner:
             except OSError as e:
                 self.close()
                 return RunResult(error=f"cannot start the sandbox: {e}")
-        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes()}).encode()
+        # files (a checker's copy of the program's output among them) as base64: JSON would escape each
+        # control byte of a hostile output to six
+        files = {name: base64.b64encode(text.encode()).decode() for name, text in job.files.items()}
+        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes(), "files": files}).encode()
+        del files
         try:
             ooms = self._limit_memory(job)
             _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)) + payload)

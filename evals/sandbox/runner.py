@@ -6,16 +6,17 @@ no module-level imports or globals: `ruff` (F821) then flags any name a shipped 
 
 The runner is a zygote, pid 1 of its namespace (bwrap, unshare): the kernel drops signals sent to a
 namespace's init from inside it, so a program cannot kill it. It never reads a job: for each job it forks a
-fresh job server, which reads the job from the grader, enters pid, mount and IPC namespaces of its own
-(everything the program starts ends with them) with fresh size- and inode-capped
+fresh job server, which reads the job from the grader, enters pid, mount, IPC and network namespaces of
+its own (everything the program starts ends with them; a fresh network namespace has only loopback, down) with fresh size- and inode-capped
 tmpfs /tmp and /dev/shm, joins a fresh session keyring, drops every capability, runs the job and exits. So
 every test and every checker run has a fresh process that no earlier job's data (a checker's expected
 output included) ever passed through, and nothing a program leaves behind reaches the next job or needs
 cleaning up. Runner and job servers are non-dumpable, so a program running as the same uid can neither
 ptrace them nor open their file descriptors. The program runs in a forked child with its own rlimits,
 process group and seccomp filter (see seccomp.py), stdin from a memfd. CPU time is charged for every
-process the program started: the job server is their subreaper and reaps them all, so what they used is
-its RUSAGE_CHILDREN, and the live ones are read from /proc while they run. The reply is a JSON header and
+process the program started: the job server is their subreaper and reaps them all (__WALL), so what they
+used is its RUSAGE_CHILDREN, and the live ones are read from /proc while they run; the seccomp filter
+refuses any new SIGCHLD action, so no worker is autoreaped (SIG_IGN, SA_NOCLDWAIT) with its CPU uncounted. The reply is a JSON header and
 then stdout and stderr as raw bytes (no escaping that could multiply them).
 """
 
@@ -27,7 +28,7 @@ def _rn_main() -> None:
     import signal
     import sys
 
-    for name in ("gc", "math", "resource", "select", "time", "traceback", "types"):
+    for name in ("binascii", "gc", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
@@ -81,7 +82,8 @@ def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
     os.write(took_w, b"j")
     os.close(took_w)
     if cfg["isolate"]:
-        if libc.unshare(0x00020000 | 0x08000000 | 0x20000000) != 0:  # CLONE_NEWNS, NEWIPC, NEWPID
+        # CLONE_NEWNS, NEWIPC, NEWPID, NEWNET: no socket, counter or port of one job reaches the next
+        if libc.unshare(0x00020000 | 0x08000000 | 0x20000000 | 0x40000000) != 0:
             raise OSError(ctypes.get_errno(), "unshare")
         pid = os.fork()
         if pid:
@@ -107,10 +109,10 @@ def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
 
 
 def _rn_isolate(libc, cfg, tmpfs):
-    """As pid 1 of fresh pid, mount and IPC namespaces: a /proc of our own; fresh tmpfs /tmp and /dev/shm
+    """As pid 1 of fresh pid, mount, IPC and net namespaces: a /proc of our own; fresh tmpfs /tmp and /dev/shm
     of `tmpfs` bytes ({path: n}) and cfg["inodes"] inodes each, the Python prefix re-bound where it lived
-    under them; then every capability dropped for good (bwrap gave CAP_SYS_ADMIN, unshare root's, for
-    this alone)."""
+    under them; then every capability dropped for good (bwrap and unshare.py gave the runner CAP_SYS_ADMIN,
+    as uid 65534, for this alone)."""
     import ctypes
     import os
 
@@ -129,7 +131,7 @@ def _rn_isolate(libc, cfg, tmpfs):
         # a bind keeps its source's read-only, nosuid and nodev flags
         check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, 4096 | 16384, None), f"bind {path}")
         os.close(fd)
-    if os.getuid() == 0:  # root of its user namespace (unshare): exec must not give capabilities back
+    if os.getuid() == 0:  # root of its user namespace (neither backend now): exec must not give capabilities back
         for cap in range(64):
             libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last capability)
         check(libc.prctl(28, 1 | 2 | 4 | 8, 0, 0, 0), "securebits")  # SECBIT_NOROOT(+_LOCKED), NO_SETUID_FIXUP(+_LOCKED)
@@ -159,14 +161,15 @@ def _rn_write(fd, data):
 
 def _rn_run_job(job, workdir, prelude_ns, seccomp):
     """Run one job in a forked child; return its RunResult fields (stdout, stderr as bytes)."""
+    import binascii
     import gc
     import os
     import resource
     import time
 
-    for name, text in job["files"].items():
-        with open(os.path.join(workdir, name), "w", encoding="utf-8") as f:
-            f.write(text)
+    for name, text in job["files"].items():  # base64 of the UTF-8 bytes
+        with open(os.path.join(workdir, name), "wb") as f:
+            f.write(binascii.a2b_base64(text))
     stdin_fd = os.memfd_create("stdin", 0)
     _rn_write(stdin_fd, job["stdin"].encode())
     os.lseek(stdin_fd, 0, 0)
@@ -461,7 +464,7 @@ def _rn_kill_all(pgid, wait_child):
             except ProcessLookupError:
                 pass
         try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
+            while os.waitpid(-1, os.WNOHANG | 0x40000000)[0]:  # __WALL: clone children with any exit signal
                 pass
         except ChildProcessError:
             break

@@ -8,6 +8,10 @@ before the program runs (the runner itself still needs memfd_create and keyctl).
   kernel surface    io_uring_*, userfaultfd, bpf, perf_event_open, ptrace, process_vm_readv/writev
   mounts, ns        mount family, pivot_root, chroot, unshare, setns, clone with any CLONE_NEW* flag
   host              kexec, modules, reboot, swap, acct, quotactl, file handles
+  autoreaping       rt_sigaction(SIGCHLD, act) with any new action: SIG_IGN or SA_NOCLDWAIT would make the
+                    kernel reap the program's workers at exit without adding their CPU to anyone's
+                    RUSAGE_CHILDREN (the action sits behind a pointer no filter can read, so every new
+                    SIGCHLD action is refused; reading the current one, act NULL, is allowed)
 clone3 answers ENOSYS instead: its flags sit behind a pointer no filter can read, and glibc then falls
 back to clone, whose flags the filter sees. Other architectures (x32, i386) are killed (libseccomp's
 default for a foreign architecture).
@@ -32,6 +36,7 @@ DENIED = ("keyctl", "add_key", "request_key", "memfd_create", "memfd_secret", "s
           "swapon", "swapoff", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at")
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 CLONE_NEW = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
+SIGCHLD = 17  # x86_64 and aarch64 alike
 INSTALL = "pip install pyseccomp (the binding) and apt install libseccomp2 (the library)"
 
 
@@ -47,6 +52,9 @@ def seccomp_program() -> bytes | str:
         for flag in CLONE_NEW:
             filt.add_rule(pyseccomp.ERRNO(errno.EPERM), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
         filt.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+        # the kernel reads sig as an int: compare its low 32 bits only, or 17 | 1 << 32 would slip past
+        filt.add_rule(pyseccomp.ERRNO(errno.EPERM), "rt_sigaction",
+                      pyseccomp.Arg(0, pyseccomp.MASKED_EQ, 0xFFFFFFFF, SIGCHLD), pyseccomp.Arg(1, pyseccomp.NE, 0))
         with tempfile.TemporaryFile() as f:
             filt.export_bpf(f)
             f.seek(0)

@@ -5,10 +5,11 @@ user namespace (the host sees the caller's uid), in its own mount, pid, net, ipc
 builds what bubblewrap builds: a read-only root on a tmpfs holding read-only binds of /usr (and the /bin,
 /lib links), a few /etc files, the Python prefix and the basic /dev nodes; a fresh /proc; size- and
 inode-capped private tmpfs /tmp and /dev/shm (nothing else is writable: no /var/tmp, and no host socket is reachable
-since the host filesystem is gone and the net namespace hides abstract sockets). Then it forbids further
-user namespaces (max_user_namespaces=0 in this one) and execs the runner, which becomes pid 1; each of its
-job servers mounts its own /tmp and /dev/shm and then drops every capability for good (empty bounding set,
-SECBIT_NOROOT; see runner._rn_isolate). Like the runner, it uses the stdlib only and
+since the host filesystem is gone and the net namespace hides abstract sockets). Then it allows one more
+user namespace and no further (max_user_namespaces=1 in this one), enters it as uid/gid 65534 with root
+unmapped (as bubblewrap's --uid does; CAP_SYS_ADMIN kept as an ambient capability) and execs the runner,
+which becomes pid 1; each of its job servers mounts its own /tmp and /dev/shm and then drops every
+capability (see runner._rn_isolate). So nothing in the sandbox is uid 0, inside or outside. Like the runner, it uses the stdlib only and
 imports what it needs itself.
 """
 
@@ -44,8 +45,31 @@ def _ns_main() -> None:
     os.chdir("/")
     _ns_mount(libc, None, "/", None, 32 | 4096 | 1 | 2 | 4)  # remount, bind, read-only, nosuid, nodev
     with open("/proc/sys/user/max_user_namespaces", "w") as f:
-        f.write("0")
+        f.write("1")  # the nested one below, then none: the limit binds every namespace under this one
+    _ns_unprivileged(libc, cfg["uid"])
     os.execv(sys.argv[2], sys.argv[2:])  # the runner's job servers drop every capability (_rn_isolate)
+
+
+def _ns_unprivileged(libc, uid):
+    """Become `uid` (and gid) of a nested user namespace in which root is unmapped, as bubblewrap's --uid
+    does: our uid 0 here is `uid` there, so the runner, its job servers and the program are an ordinary uid
+    inside as well as outside, and the runner's /proc files (non-dumpable: owned by the namespace's root,
+    unmapped, so the host's root) are out of the program's reach. CAP_SYS_ADMIN, which the job servers need
+    for their namespaces and mounts, goes to the runner as an ambient capability; they drop it."""
+    import ctypes
+
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    for name, text in (("uid_map", f"{uid} 0 1"), ("setgroups", "deny"), ("gid_map", f"{uid} 0 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    data[2] |= 1 << 21  # CAP_SYS_ADMIN inheritable: ambient needs it permitted and inheritable
+    if libc.capset(header, data) != 0 or libc.prctl(47, 2, 21, 0, 0) != 0:  # PR_CAP_AMBIENT, _RAISE
+        raise OSError(ctypes.get_errno(), "ambient CAP_SYS_ADMIN")
 
 
 def _ns_mount(libc, source, target, fstype, flags, data=None):
@@ -75,4 +99,4 @@ def _ns_bind(libc, path, target):
     _ns_mount(libc, None, target, None, 32 | 4096 | 1 | locked)  # MS_REMOUNT | MS_BIND | MS_RDONLY
 
 
-NS_FUNCTIONS = (_ns_mount, _ns_bind, _ns_main)
+NS_FUNCTIONS = (_ns_mount, _ns_bind, _ns_unprivileged, _ns_main)

@@ -3,7 +3,10 @@ and extraction rules of the LiveCodeBench harness."""
 
 from __future__ import annotations
 
+import decimal
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -184,6 +187,30 @@ def test_lcb_comparison(output, expected, same):
 def test_token_comparison_ignores_layout():
     assert tokens_match("1 2\n3\n", "1\n2 3")
     assert not tokens_match("1 2", "1 2 3")
+
+
+def _lists_lcb(output: str, expected: str) -> bool:
+    """LiveCodeBench's comparison as lists (what the grader did before it streamed), the reference."""
+    def numbers(line):
+        try:
+            got = [decimal.Decimal(t) for t in line.split()]
+        except (decimal.InvalidOperation, ValueError):
+            return None
+        return got if all(n.is_finite() for n in got) else None
+    got, want = ([x.strip() for x in t.strip().split("\n")] for t in (output, expected))
+    return len(got) == len(want) and all(a == b or (numbers(a) is not None and numbers(a) == numbers(b))
+                                         for a, b in zip(got, want, strict=True))
+
+
+def test_streamed_comparisons_agree_with_the_lists():
+    """2,000 random texts of numbers, words, NaNs and whitespace (Unicode included): the streamed comparison
+    gives the lists' verdict, and the token one testlib's (ASCII whitespace only)."""
+    rng = random.Random(0)
+    parts = ["1", "1.0", "01", "2", "1e0", "nan", "sNaN", "a", " ", "  ", "\n", "\t", "\r\n", "\u00a0", "\u3000", ""]
+    for _ in range(2000):
+        a, b = ("".join(rng.choice(parts) for _ in range(rng.randint(0, 6))) for _ in range(2))
+        assert lcb_output_matches(a, b) is _lists_lcb(a, b), (a, b)
+        assert tokens_match(a, b) is (re.split(r"[ \t\r\n]+", a.strip(" \t\r\n")) == re.split(r"[ \t\r\n]+", b.strip(" \t\r\n"))), (a, b)
 
 
 @pytest.mark.parametrize(("response", "code"), [

@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -25,6 +26,7 @@ from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, Sandbox, clear_probe_cache, sandbox_backend, sandbox_protections
 
 LIMITS = {"timeout_s": 0.5, "memory_mb": 128}
+STRONG_BACKENDS = ("bwrap", "unshare")  # the tests here use the backend in use: GSPO_SANDBOX_BACKEND or the best
 FAILING = {"wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit", "compile_error"}
 
 
@@ -51,13 +53,13 @@ def no_stray_processes():
 
 
 def needs(*protections: str):
-    """Where bubblewrap is installed every protection is required (a missing one fails the test); only a
-    machine without it, left with a weaker backend, skips the tests of what that backend cannot give."""
+    """bwrap and unshare promise every protection (a missing one fails the test); only a weaker backend,
+    accepted explicitly (GSPO_SANDBOX_WEAK=1), skips the tests of what it cannot give."""
     missing = [p for p in protections if not sandbox_protections().get(p)]
-    if missing and shutil.which("bwrap"):
-        pytest.fail(f"bubblewrap is installed, yet sandbox backend {sandbox_backend()} lacks {', '.join(missing)}")
+    if missing and sandbox_backend().split()[0] in STRONG_BACKENDS:
+        pytest.fail(f"sandbox backend {sandbox_backend()} lacks {', '.join(missing)}")
     if missing:
-        pytest.skip(f"sandbox backend {sandbox_backend()} lacks {', '.join(missing)} and bubblewrap is not installed")
+        pytest.skip(f"sandbox backend {sandbox_backend()} lacks {', '.join(missing)}")
 
 
 def attack(code: str, *, marker: str = "ESCAPED", **limits) -> object:
@@ -74,9 +76,10 @@ def attack(code: str, *, marker: str = "ESCAPED", **limits) -> object:
 # --- what the sandbox says about itself -------------------------------------------------------------
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed")
-def test_bubblewrap_gives_every_protection():
-    assert sandbox_backend().startswith("bwrap")
+def test_the_backend_in_use_gives_every_protection():
+    """bwrap where installed, unshare without it (or forced: GSPO_SANDBOX_BACKEND=unshare): the same list."""
+    assert sandbox_backend().startswith("bwrap" if shutil.which("bwrap") and not os.environ.get(
+        "GSPO_SANDBOX_BACKEND") else os.environ.get("GSPO_SANDBOX_BACKEND") or "unshare")
     assert [k for k, ok in sandbox_protections().items() if not ok] == []
 
 
@@ -104,10 +107,25 @@ def test_unknown_backend_is_one_clear_error():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop only happens when the grader runs as root")
 def test_as_root_programs_run_as_an_unprivileged_uid():
+    """Seen from the host, the real uid of every process of the sandbox while the program runs (the
+    launcher, runner, job servers and the program); seen from inside, the program's own uid and gid: under
+    both backends 65534 (unshare used to make the program root of its user namespace)."""
+    code = "import os, time\nprint(os.getuid(), os.getgid(), flush=True)\ntime.sleep(1.5)"
+    host: dict[int, int] = {}
     with Sandbox() as sb:
-        out = sb.run(Job(code="import os; print(os.getuid())")).stdout
-        assert out.strip() != "0" or not sandbox_protections()["unprivileged_uid"]
-    assert sandbox_protections()["unprivileged_uid"], "root drops to uid 65534 on this machine"
+        worker = threading.Thread(target=lambda: host.update(result=sb.run(Job(code=code, cpu_s=1, wall_s=10))))
+        worker.start()
+        while worker.is_alive():
+            for proc in _sandbox_processes():
+                try:
+                    host[proc.pid] = proc.uids().real
+                except psutil.Error:
+                    continue
+            time.sleep(0.05)
+        result = host.pop("result")
+    assert result.stdout == "65534 65534\n", result
+    assert len(host) >= 4 and set(host.values()) == {65534}, host
+    assert sandbox_protections()["unprivileged_uid"]
 
 
 # --- normal behaviour -------------------------------------------------------------------------------
@@ -143,7 +161,7 @@ def test_every_backend_runs_limits_and_cleans_up(backend):
         pytest.skip(f"{backend} is not installed")
     with Sandbox(backend) as sb:
         assert sb.run(Job(code="print(sum(map(int, input().split())))", stdin="2 3\n")).stdout == "5\n"
-        assert sb.run(Job(code="while True: pass", cpu_s=0.3)).limit == "cpu"
+        assert sb.run(Job(code="while True: pass", cpu_s=0.3, wall_s=30)).limit == "cpu"
         daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint('parent done')"
         assert sb.run(Job(code=daemon)).stdout == "parent done\n"
 
@@ -361,9 +379,20 @@ attempts = {
 }
 for name, call in attempts.items():
     print("ESCAPED" if call() == 0 else "blocked", name)
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print("uid", os.getuid(), "caps", status["CapEff"].strip(), status["CapPrm"].strip(),
+      "proc_mounted", os.path.exists("/tmp/self"), "root_writable", os.access("/", os.W_OK))
+try:
+    open("/gspo-ctypes-escape", "w").write("x")
+except OSError as e:
+    print("write blocked", e.errno)
 """
     result = attack(code)
-    assert result.tests[0].stdout.count("blocked") == 7
+    lines = result.tests[0].stdout.splitlines()
+    assert [line.split()[0] for line in lines[:7]] == ["blocked"] * 7, lines
+    # what each call would have changed, checked: uid, capabilities, a mount, the root's writability
+    assert lines[7] == "uid 65534 caps 0000000000000000 0000000000000000 proc_mounted False root_writable False"
+    assert lines[8] == "write blocked 30" and not os.path.exists("/gspo-ctypes-escape")  # EROFS
 
 
 def test_closing_stdout_and_hanging():

@@ -1,4 +1,4 @@
-"""Attacks on the grader itself (issue 21), under every strongly isolating backend this machine has.
+"""Attacks on the grader itself (issues 21 and 36), under every strongly isolating backend this machine has.
 
 Each program would be rewarded if its attack worked: it escapes a limit (CPU in unwaited workers, memory in
 memfds and tmpfs inodes), reads what it must not (an expected output left in the runner, the grader's
@@ -20,7 +20,9 @@ import pytest
 from gspo.evals.graders.code import run_code
 from gspo.evals.sandbox import STRONG, Job, Sandbox, sandbox_protections
 
-STRONG_BACKENDS = [b for b in ("bwrap", "unshare") if shutil.which(b)]
+# GSPO_SANDBOX_BACKEND=unshare (CI's second run, the fallback forced) narrows these tests to that backend
+FORCED = os.environ.get("GSPO_SANDBOX_BACKEND")
+STRONG_BACKENDS = [b for b in ("bwrap", "unshare") if shutil.which(b) and FORCED in (None, "", b)]
 FAILING = {"wrong_answer", "runtime_error", "time_limit", "memory_limit", "output_limit", "compile_error"}
 
 
@@ -53,9 +55,62 @@ def test_cpu_of_unwaited_workers_is_charged(backend):
     code = ("import os, time\npipes = []\nfor i in range(2):\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
             "        while time.process_time() < 0.35:\n            pass\n        os.write(w, b'x')\n        os._exit(0)\n"
             "    pipes.append(r)\nprint(len(b''.join(os.read(r, 1) for r in pipes)), flush=True)\nos._exit(0)")
-    result = run_code(code, [{"input": "", "output": "2"}], timeout_s=0.5, memory_mb=128)
-    assert result.verdict == "time_limit", result
-    assert result.tests[0].cpu_s > 0.5
+    with Sandbox() as sb:  # a wall limit far away: only CPU explains the kill, whatever the machine's load
+        result = sb.run(Job(code=code, cpu_s=0.5, wall_s=60))
+    assert result.limit == "cpu" and result.cpu_s > 0.5, result
+
+
+# Workers forked in pairs, each burning 0.05 s of CPU and writing what it burnt to a pipe, after the program
+# asked the kernel to reap them itself (SIGCHLD to SIG_IGN, or SA_NOCLDWAIT): reaped so, their CPU would reach
+# no RUSAGE_CHILDREN. The program waits for each pair either way and reports the CPU they burnt on stderr.
+_AUTOREAP = """import ctypes, os, signal, sys, time
+HOW, TOTAL = {how!r}, {total!r}
+refused = ""
+try:
+    if HOW == "ign":
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    else:
+        class Act(ctypes.Structure):
+            _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                        ("restorer", ctypes.c_void_p)]
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.sigaction(17, ctypes.byref(Act(None, (ctypes.c_ulong * 16)(), 2, None)), None) != 0:  # SA_NOCLDWAIT
+            raise OSError(ctypes.get_errno(), "sigaction")
+except OSError as e:
+    refused = f"refused {{e.errno}}"
+r, w = os.pipe()
+n = 0
+while n * 0.05 < TOTAL:
+    for _ in range(2):
+        if os.fork() == 0:
+            while time.process_time() < 0.05:
+                pass
+            os.write(w, f"{{time.process_time():.3f}} ".encode())
+            os._exit(0)
+        n += 1
+    for _ in range(2):
+        try:
+            os.wait()
+        except ChildProcessError:  # autoreaped: nothing left to wait for
+            break
+os.close(w)
+print(sum(float(x) for x in os.read(r, 1 << 16).split()), refused, file=sys.stderr)
+print("done")
+"""
+
+
+@pytest.mark.parametrize("how", ["ign", "nocldwait"])
+def test_cpu_of_autoreaped_workers_is_charged(backend, how):
+    """The workers burn 0.8 s at a CPU limit of 0.4 s (the wall limit is far away, so only CPU can stop them);
+    autoreaped, they were charged ~0.03 s and the program ended cleanly (issue 36). Refused a new SIGCHLD
+    action, the program's workers are waited for and charged: the CPU limit stops it."""
+    with Sandbox() as sb:
+        over = sb.run(Job(code=_AUTOREAP.format(how=how, total=0.8), cpu_s=0.4, wall_s=60))
+        under = sb.run(Job(code=_AUTOREAP.format(how=how, total=0.4), cpu_s=5, wall_s=60))
+    assert over.limit == "cpu" and over.cpu_s >= 0.4, over
+    burnt, refused, errno = under.stderr.split()
+    assert (under.stdout, refused, errno) == ("done\n", "refused", "1"), under  # EPERM from the filter
+    assert float(burnt) >= 0.4 and under.cpu_s >= float(burnt), (burnt, under)
 
 
 # --- 2 and 7. Memory outside the address space: memfds, tmpfs bytes, tmpfs inodes -------------------------
@@ -103,7 +158,7 @@ def test_tmpfs_inodes_are_capped(backend):
 
 # --- 3 and 4. Nothing of one test reaches the next --------------------------------------------------------
 
-_EQUAL = "import sys\nsys.exit(0 if open(sys.argv[2]).read().split() == open(sys.argv[3]).read().split() else 1)"
+_EQUAL = "import sys\nprint(1 if open(sys.argv[2]).read().split() == open(sys.argv[3]).read().split() else 0)"
 
 
 def test_a_checkers_expected_output_never_reaches_the_next_program(backend):
@@ -134,6 +189,102 @@ def test_no_state_survives_from_one_test_to_the_next(backend, place):
     tests = [{"input": "KEPT-42", "output": "x"}, {"input": "2", "output": "KEPT-42"}]
     result = run_code(code, tests, timeout_s=2, memory_mb=128, stop_on_failure=False)
     assert result.tests[1].verdict != "accepted" and "KEPT-42" not in result.tests[1].stdout, result
+
+
+# Test 1 leaves its input in the network namespace: a TIME_WAIT socket to port <secret> where loopback is up
+# (bubblewrap), else <secret> failed sends in the namespace's SNMP counter OutNoRoutes (unshare); test 2
+# prints what it finds there (issue 36: with one namespace per sandbox, test 2 printed test 1's 7431).
+_NET = """import socket, sys
+if sys.stdin.read().strip() == "store":
+    try:
+        srv = socket.socket(); srv.bind(("127.0.0.1", 7431)); srv.listen(1)
+        cli = socket.create_connection(("127.0.0.1", 7431)); conn, _ = srv.accept()
+        cli.close(); conn.close(); srv.close()
+    except OSError:  # loopback down: the failed connect counted one already
+        for _ in range(7430):
+            try:
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 9))
+            except OSError:
+                pass
+    print("stored")
+else:
+    waits = [line.split()[2] for line in open("/proc/net/tcp").read().splitlines()[1:] if line.split()[3] == "06"]
+    snmp = [line.split() for line in open("/proc/net/snmp") if line.startswith("Ip:")]
+    counted = int(dict(zip(snmp[0], snmp[1]))["OutNoRoutes"])
+    print(int(waits[0].split(":")[1], 16) if waits else counted or "fresh")
+"""
+
+
+def test_no_socket_state_survives_from_one_test_to_the_next(backend):
+    """Each job has a network namespace of its own: test 2 finds neither test 1's socket nor its counters."""
+    tests = [{"input": "store", "output": "stored"}, {"input": "read", "output": "7431"}]
+    result = run_code(_NET, tests, timeout_s=5, memory_mb=128, stop_on_failure=False)
+    assert result.tests[0].verdict == "accepted", result  # test 1 did leave its state
+    assert (result.tests[1].verdict, result.tests[1].stdout) == ("wrong_answer", "fresh\n"), result
+
+
+_PROC1 = """import os
+for name, act in (("oom_score_adj", lambda: open("/proc/1/oom_score_adj", "w").write("-1000")),
+                  ("clear_refs", lambda: open("/proc/1/clear_refs", "w").write("1")),
+                  ("fd", lambda: os.listdir("/proc/1/fd"))):
+    try:
+        act()
+        print("ESCAPED", name)
+    except OSError as e:
+        print("blocked", name, e.errno)
+"""
+
+
+def test_the_job_servers_proc_files_are_out_of_reach(backend):
+    """The job server is pid 1 of the program's pid namespace; under unshare the program was root of the
+    namespace its /proc files belong to and could write its oom_score_adj and clear_refs and list its fds
+    (issue 36). Now nothing in the sandbox is uid 0 inside either: EACCES for all three."""
+    result = run_code(_PROC1, [{"input": "", "output": "ESCAPED"}], timeout_s=2, memory_mb=128)
+    assert result.tests[0].stdout.split("\n")[:3] == [f"blocked {n} 13" for n in ("oom_score_adj", "clear_refs", "fd")]
+
+
+# --- Checkers fail closed; tokens split as testlib splits them ---------------------------------------------
+
+_SILENT = """import sys
+try:
+    got = int(open(sys.argv[3]).read())
+except ValueError:
+    sys.exit(0)  # cannot parse: returns without printing, as an open-r1-style checker (prints 1/0) may
+print(1 if got == int(open(sys.argv[2]).read()) else 0)
+"""
+
+
+def test_a_checker_must_say_yes(backend):
+    """Exit 0 with nothing said accepted "x" (issue 36); now silence, an unparsable reply or a crash is
+    checker_error, a "0" a wrong answer, and only an explicit yes accepts."""
+    def verdict(printed: str, checker: str = _SILENT) -> str:
+        return run_code(f"print({printed!r})", [{"input": "", "output": "5"}], timeout_s=2, memory_mb=128,
+                        checker=checker).verdict
+    assert [verdict("x"), verdict("4"), verdict("5")] == ["checker_error", "wrong_answer", "accepted"]
+    assert verdict("5", "print('maybe')") == "checker_error"
+    assert verdict("5", "print('0.5')") == "wrong_answer"  # a score below 1
+
+
+def test_non_finite_numbers_never_reach_a_checker(backend):
+    """A tolerance checker that rejects "error > eps" passes NaN (nan > eps is false): it accepted "nan"
+    (issue 36). Output naming a non-finite number is now a wrong answer before any checker runs; the checker
+    here would accept everything, so only that refusal explains the verdict."""
+    for printed in ("nan", "-Infinity", "1 sNaN"):
+        result = run_code(f"print({printed!r})", [{"input": "", "output": "0.5"}], timeout_s=2, memory_mb=128,
+                          checker="print(1)")
+        assert result.verdict == "wrong_answer" and "non-finite" in result.message, result
+    assert run_code("print('0.5 infinite')", [{"input": "", "output": "0.5"}], timeout_s=2, memory_mb=128,
+                    checker="print(1)").verdict == "accepted"  # a word that merely starts like one
+
+
+def test_tokens_split_on_ascii_whitespace_only(backend):
+    """testlib's whitespace is space, tab, CR and LF: a no-break or ideographic space is part of a token
+    (str.split took them as separators and accepted "1<NBSP>2<U+3000>3" for "1 2 3")."""
+    def verdict(printed: str) -> str:
+        return run_code(f"print({printed!r})", [{"input": "", "output": "1 2 3"}], timeout_s=2, memory_mb=128,
+                        compare="tokens").verdict
+    assert verdict("1\u00a02\u30003") == "wrong_answer"
+    assert verdict("1\t2\r\n 3") == "accepted"
 
 
 # --- 5. The grader's keyring and the calls no program needs -----------------------------------------------
@@ -221,24 +372,41 @@ def test_a_root_grader_that_cannot_drop_its_uid_refuses(backend):
     assert "unprivileged" in seen["refused"] and "\n" not in seen["refused"]
 
 
-# --- 8. Output bytes do not multiply in the grader --------------------------------------------------------
+# --- 8. Output bytes do not multiply in the grader, whatever their shape ----------------------------------
 
+# One grader process, ru_maxrss (a peak) read after each stage, the stages in the order of what they may
+# hold: 4 MiB shaped for each comparison (before streaming, 2M tokens parsed as Decimal grew the grader by
+# ~257 MiB, str.split of 1.4M tokens and json.loads of [{},{},...] by ~106 MiB each; issue 36 measured
+# +1,029, +424 and +424 MiB at 16 MiB); then 16 MiB of \x01, the largest output allowed, compared (JSON
+# escaping would make each byte six) and then handed to a checker as a file (base64 in the job: JSON
+# escaping there grew the grader by 224 MiB).
 _OUTPUT = """
 import json, resource
 from gspo.evals.graders.code import run_code
+def grown():
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
 run_code("print(1)", [{"input": "", "output": "1"}], timeout_s=2, memory_mb=128)  # warm: probe, imports
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-r = run_code("import os\\nos.write(1, b'\\\\x01' * ((16 << 20) - 1))\\nos.write(1, b'\\\\n')", [{"input": "", "output": "1"}],
-             timeout_s=5, memory_mb=128)
-print(json.dumps({"verdict": r.verdict, "grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+shapes = [("print(' '.join(['1'] * 2_000_000))", {"compare": "lines"}, "2"),
+          ("print('ab ' * 1_400_000)", {"compare": "tokens"}, "ab"),
+          ("import os\\nos.write(1, b'[' + b'{},' * 1_400_000 + b'{}]')\\nos._exit(0)\\ndef f():\\n    pass", {"fn_name": "f"}, "[]")]
+seen = {"shaped": [run_code(code, [{"input": "1", "output": want}], timeout_s=5, memory_mb=256, **kw).verdict
+                   for code, kw, want in shapes]}
+seen["shaped_mb"] = grown()
+code = "import os\\nos.write(1, b'\\\\x01' * ((16 << 20) - 1))\\nos.write(1, b'\\\\n')"
+seen["control"] = run_code(code, [{"input": "", "output": "1"}], timeout_s=5, memory_mb=128).verdict
+seen["control_mb"] = grown()
+seen["checker"] = run_code(code, [{"input": "", "output": "1"}], timeout_s=5, memory_mb=128, checker="print(0)").verdict
+seen["checker_mb"] = grown()
+print(json.dumps(seen))
 """
 
 
-def test_control_bytes_in_output_do_not_multiply_in_the_grader(backend):
-    """16 MiB of \\x01 (the largest output allowed) grows the grader by little more than the bytes
-    themselves; JSON escaping would make each byte six."""
+def test_output_does_not_grow_the_grader_whatever_its_shape(backend):
     seen = _grader(_OUTPUT, backend)
-    assert seen["verdict"] == "wrong_answer" and seen["grown_mb"] < 64, seen
+    assert seen["shaped"] == ["wrong_answer", "wrong_answer", "output_limit"] and seen["shaped_mb"] < 40, seen
+    assert seen["control"] == "wrong_answer" and seen["control_mb"] < 64, seen
+    assert seen["checker"] == "wrong_answer" and seen["checker_mb"] < 150, seen
 
 
 # --- 9. What a program leaves behind cannot sabotage the next job -----------------------------------------
