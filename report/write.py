@@ -157,6 +157,12 @@ def ratio_text(r: float) -> str:
     return f"{r:,.0f}x" if abs(r) >= 1000 else f"{r:.3g}x" if abs(r) >= 0.001 else f"1/{1 / r:,.0f}x"
 
 
+def _one_seed(d: Difference) -> str:
+    """`one seed per arm`, or the seeds each arm used when they differ (`GRPO 2 seeds, CISPO 1`)."""
+    a, b = len(d.arm.runs), len(d.base.runs)
+    return "one seed per arm" if a == b else f"{d.base.label} {b} seed(s), {d.arm.label} {a}"
+
+
 def verdict_line(d: Difference) -> str:
     """One comparison in plain words: what the arm's value is against its baseline, how sure, and (not
     resolved) the seeds per arm that would resolve a difference this large at 80% power."""
@@ -168,7 +174,7 @@ def verdict_line(d: Difference) -> str:
         what = f"{label}: {d.arm.label} {fmt(d.arm_mean)} vs {d.base.label} {fmt(d.base_mean)}"
         pre = f"{ratio}difference {_signed(ci.mean)}, "
     if n < 2:
-        return f"{what} ({pre}one seed per arm: no interval, no claim either way)"
+        return f"{what} ({pre}{_one_seed(d)}: no interval, no claim either way)"
     if zero_width(ci):
         return (f"{what} ({pre}{n} seeds): the seeds tied exactly, so the interval has zero width; a tie of "
                 f"{n} seeds is not certainty, run more seeds")
