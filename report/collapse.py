@@ -113,9 +113,8 @@ def row(arm, base) -> dict:
     """The collapse columns of an arm's row in the sensitivity table (p against `base`, its baseline)."""
     c = count(arm.label, arm.runs)
     out = {"seeds": c.runs, "collapsed": f"{c.collapsed}/{c.runs}", "first collapse step": c.steps[0] if c.steps else None}
-    if base is not None:
-        out["vs"] = base.label
-        out["p (Fisher)"] = p_text(fisher_p(c, count(base.label, base.runs))).removeprefix("p = ")
+    out["vs"] = base.label if base is not None else None  # a baseline has none
+    out["p (Fisher)"] = p_text(fisher_p(c, count(base.label, base.runs))).removeprefix("p = ") if base is not None else None
     return out
 
 

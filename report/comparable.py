@@ -122,27 +122,30 @@ def at_common_step(runs: list[Run]) -> tuple[list[Run], list[str]]:
     every train.eval_every steps). Nothing is cut, and nothing said, when the runs all end together."""
     started = [r for r in runs if r.last_step >= 1] or runs
     said = [f"{r.run_id} is left out: it has no training step yet ({r.status.get('status', 'unknown')})"
-            for r in runs if r not in started]
-    common = min(r.last_step for r in started)
-    cols = sorted({c for r in started for c in r.metrics.columns if c != "step"})
+            for r in runs if all(r is not u for u in started)]
+    # a run stopped where it collapsed (train.stop_on_collapse) ended as meant: it does not hold the others back
+    pace = [r for r in started if r.status.get("stopped") != "collapse"] or started
+    common = min(r.last_step for r in pace)
+    cols = sorted({c for r in pace for c in r.metrics.columns if c != "step"})
     last = {}
     for col in cols:
-        steps = [s for r in started if (s := _last_logged(r, col, common)) is not None]
+        steps = [s for r in pace if (s := _last_logged(r, col, common)) is not None]
         if steps:
             last[col] = min(steps)
-    ends = [r.last_step for r in started]
-    moved = [r for r in started if any(_last_logged(r, c, r.last_step) not in (None, s) for c, s in last.items())]
+    ends = [r.last_step for r in pace]
+    moved = [r for r in pace if any(_last_logged(r, c, r.last_step) not in (None, s) for c, s in last.items())]
     if not moved:
         return started, said
     reach = f"{min(ends)}-{max(ends)}" if min(ends) != max(ends) else str(common)
-    steps_cfg = sorted({str(r.config.get("train.steps")) for r in started})
+    steps_cfg = sorted({str(r.config.get("train.steps")) for r in pace})
     evals = sorted({s for c, s in last.items() if c.startswith("eval/")})
     eval_note = (f"; held-out accuracy as of step {evals[0]}, the last eval every run has"
                  if evals and evals[0] != common else "")
     said.insert(0, f"Compared at step {common}, the last step every run reached (the runs reached step {reach} of "
-                   f"{'/'.join(steps_cfg)}: {_unfinished(started)}){eval_note}; later steps are left out of the "
+                   f"{'/'.join(steps_cfg)}: {_unfinished(pace)}){eval_note}; later steps are left out of the "
                    "tables, verdict and plots.")
-    return [_cut(r, last) for r in started], said
+    paced = {id(r) for r in pace}
+    return [_cut(r, last) if id(r) in paced else r for r in started], said
 
 
 def _unfinished(runs: list[Run]) -> str:

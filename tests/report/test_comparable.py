@@ -125,6 +125,11 @@ def test_each_metric_is_cut_at_the_last_step_every_run_logged_it(tmp_path):
     m = runs[0].metrics
     assert m.loc[m["eval/arith/accuracy"].notna(), "step"].max() == 4 and m["reward/mean"].notna().sum() == 6
     assert at_common_step([a, a]) == ([a, a], [])
+    # a run stopped where it collapsed (train.stop_on_collapse) ended as meant: the others are not cut to its step
+    stopped = load_run(_status(_cut(fake_run(tmp_path, "gspo", 1, steps=10, eval_every=4), 6, "finished"),
+                               stopped="collapse", collapsed={"step": 6, "reason": "x"}))
+    runs, said = at_common_step([a, stopped])
+    assert [r.last_step for r in runs] == [10, 6] and said == []
 
 
 def test_fisher_exact_test_matches_hand_computations():
