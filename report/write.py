@@ -203,9 +203,16 @@ def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:
 
 def also_resolved(heads: list[Headline], chosen: list[Headline], diffs: dict) -> list[str]:
     """Every resolved difference of a reported metric the verdict's chosen metrics left out (a sweep with
-    many comparisons keeps the verdict to one metric; the training reward of DAPO must not hide in a table)."""
-    return [f"also resolved: {verdict_line(d)}" for h in heads if h not in chosen for d in diffs[h.metric]
-            if excludes_zero(d.ci)]
+    many comparisons keeps the verdict to one metric; DAPO's training reward must not hide in a table), one
+    line per metric: `also resolved, training reward: DAPO - GRPO -0.031 (95% CI -0.05 to -0.012), ...`."""
+    lines = []
+    for h in (h for h in heads if h not in chosen):
+        found = [d for d in diffs[h.metric] if excludes_zero(d.ci)]
+        if found:
+            lines.append(f"also resolved, {h.info.label} ({h.reduce}): " + "; ".join(
+                f"{d.arm.label} - {d.base.label} {_signed(d.ci.mean)} (95% CI {_signed(d.ci.low)} to "
+                f"{_signed(d.ci.high)}, {d.ci.n} seeds)" for d in found))
+    return lines
 
 
 def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path, files: list[Path],

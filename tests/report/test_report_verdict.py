@@ -154,6 +154,11 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
         "collapsed, pooled over train.lr (3 values; a summary: unlike risks added): GSPO 1/9 vs GRPO 3/9 (first at "
         "step 6 vs 6; Fisher's exact test p = 0.58): not resolved"]
     assert "see the collapse table" not in md
+    # the verdict keeps to accuracy with this many comparisons, but a resolved difference of another reported
+    # metric is said too, one line per metric (GSPO clips ~0.24 of tokens against GRPO's ~0.002 at every rate)
+    also = [v for v in report.verdict if v.startswith("also resolved, ")]
+    assert len(also) == 1 and also[0].startswith("also resolved, clipped tokens (mean): GSPO lr=0.0001 - GRPO lr=0.0001 +0.2")
+    assert also[0].count(" - GRPO lr=") == 3
     assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 | GRPO lr=0.0007 | 0.4 |" in table
     summary = pd.read_csv(out / "summary.csv")
     top = summary[(summary["train.lr"] == 7e-4) & (summary["algo.name"] == "gspo")]
