@@ -299,5 +299,5 @@ def _notes(runs: list[Run], notes: list[str]) -> list[str]:
     unfinished = [r for r in runs if r.status.get("status") != "finished"]
     if unfinished:
         torn.append(f"{len(unfinished)} run(s) not finished: their final values are from their last step "
-                    "(see the table of runs), not from the configured end")
+                    "(see the table of runs) or the common step the verdict names, not from the configured end")
     return torn + notes
