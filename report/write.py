@@ -7,8 +7,11 @@ for a sweep over a numeric key the sensitivity plot with the share of seeds that
 Then the experiment's defining settings and what differs between arms (every other setting folded away),
 the tables, the runs, and every plot.
 
-Everything is checked before anything is written: a bad path, no runs, or runs on different tasks or
-models stop the report with one error and leave the output folder untouched.
+Everything is checked before anything is written: a bad path, no runs, or runs that are not one experiment
+(another task setting, model, cold start or length: report/comparable.py) stop the report with one error
+and leave the output folder untouched. Runs still going or stopped early are read at their common step
+(comparable.py, said in the verdict's first line); per-step times of runs under a high load are left out
+(load.py); where a run collapsed the verdict tests the collapse counts (collapse.py, Fisher's exact test).
 """
 
 from __future__ import annotations
