@@ -83,7 +83,9 @@ def train(
 
 
     # always say how to resume, and where an offline W&B run is
-    log = _log if not quiet else (lambda m: _log(m) if m.startswith(("interrupted:", "W&B offline run:")) else None)
+    # quiet still says why a short run takes minutes: a new cold start for changed settings
+    log = _log if not quiet else (lambda m: _log(m) if m.startswith(("interrupted:", "W&B offline run:",
+                                                                    "cold start: none cached")) else None)
     try:
         run_dir = run_training(config, log=log)
     except KeyboardInterrupt as e:  # Typer would make any interrupt exit 130

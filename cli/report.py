@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from gspo.cli.errors import user_errors
-from gspo.report import Report, fmt, write_report
+from gspo.report import Report, fmt, write_groups, write_report
 
 
 @user_errors
@@ -21,6 +21,9 @@ def report_cmd(
                               "logger.wandb. Logs the plots and the summary table in the runs' W&B group."),
     smooth: int = typer.Option(5, "--smooth", help="Moving-average window (steps) of the training reward "
                                "in the key curves; 1 or less: none."),
+    separate: bool = typer.Option(False, "--separate", help="Runs that differ in what defines the experiment (a "
+                                  "task setting, the model or its cold start, train.steps) are refused; with this, "
+                                  "each group of like runs gets its own report in <out>/group-<i>."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds."""
@@ -28,9 +31,14 @@ def report_cmd(
     if out is None:
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
-    report = write_report(paths, out, command=f"gspo report {' '.join(map(str, paths))} --out {out}",
-                          wandb=wandb, progress=sys.stderr.isatty(), smooth=smooth)
-    print_report(report)
+    command = f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
+    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth}
+    if not separate:
+        print_report(write_report(paths, out, **kwargs))
+        return
+    for name, report in write_groups(paths, out, **kwargs):
+        typer.echo(f"== {name}")
+        print_report(report)
 
 
 def print_report(report: Report) -> None:

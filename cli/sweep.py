@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
 from importlib import resources
 from pathlib import Path
@@ -34,7 +35,7 @@ import typer
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from gspo.algos.metrics import EVAL, EVAL_ACCURACY
+from gspo.algos.metrics import EVAL, EVAL_ACCURACY, TIME_STEP
 from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
@@ -43,7 +44,7 @@ from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
-from gspo.trainer.run.rundir import atomic_write_text, read_status
+from gspo.trainer.run.rundir import atomic_write_text, read_jsonl_lines, read_status
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
@@ -224,10 +225,48 @@ def job_progress(sweep_dir: Path, num: int, jobs: list | None) -> str:
     if not total:
         return head
     if not spans:
-        return f"{head}, ETA after the first job"
+        return f"{head}, ETA once the job has logged 2 steps"
     per_job = sum(spans) / len(spans)
     left = total - num
     return f"{head}, ETA {_clock(per_job * left)} for the {left} left ({_clock(per_job)} per job over {len(spans)} done)"
+
+
+def early_eta(run_dir: Path, steps: int, jobs: int) -> str | None:
+    """Before the sweep's first job ends: an ETA for all `jobs` from the steps job 1 has logged so far (its
+    time/step_s), or None below 2 steps. Evals, cold starts and a changing load are not in it: it says so."""
+    rows, _ = read_jsonl_lines(run_dir / "metrics.jsonl")
+    times = [float(r[TIME_STEP]) for r in rows if r.get("step", 0) >= 1 and r.get(TIME_STEP) is not None]
+    if len(times) < 2:
+        return None
+    per_step = sum(times) / len(times)
+    left = per_step * (max(steps - len(times), 0) + steps * (jobs - 1))
+    return (f"sweep ETA about {_clock(left)} for the {jobs} jobs (job 1's first {len(times)} steps at {per_step:.2g} "
+            "s/step; held-out evals and cold starts not counted; a firmer ETA once job 1 ends)")
+
+
+class _EarlyEta(threading.Thread):
+    """Says `early_eta` once, as soon as job 1 has logged two steps (polled every few seconds)."""
+
+    def __init__(self, run_dir: Path, steps: int, jobs: int, say, every: float = 5.0):
+        super().__init__(daemon=True)
+        self.args, self.say, self.every, self.done = (run_dir, steps, jobs), say, every, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            line = early_eta(*self.args)
+            if line:
+                self.say(line)
+                return
+
+
+def _early_eta(hc, run_dir: Path, steps: int) -> _EarlyEta | None:
+    """While no job of a planned sweep of several has finished, a watcher that says `early_eta` (started)."""
+    jobs = _plan_jobs(hc)
+    if not jobs or len(jobs) < 2 or any(j.get("outcome") == "finished" for j in sweep_jobs(Path(hc.sweep.dir))):
+        return None
+    watch = _EarlyEta(run_dir, steps, len(jobs), lambda m: typer.echo(m, err=True))
+    watch.start()
+    return watch
 
 
 def _clock(seconds: float) -> str:
@@ -289,12 +328,16 @@ def _job(cfg: DictConfig) -> float:
             _record(hc, record)
             typer.echo(f"{where}: {said} -> {run_dir}{f' (resuming: it was {state})' if cfg.resume else ''} "
                        f"(torch threads {torch.get_num_threads()})", err=True)
+        eta = _early_eta(hc, run_dir, cfg.train.steps) if main else None
         try:
             train(cfg, log=lambda m: typer.echo(m, err=True))
         except BaseException as e:
             if main:
                 _record(hc, record | {"ended": time.time(), "outcome": _outcome(e)})
             raise
+        finally:
+            if eta:
+                eta.done.set()
         if not main:
             return float("nan")  # the launcher reports rank 0's value
         _record(hc, record | {"ended": time.time(), "outcome": "finished"})

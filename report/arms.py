@@ -3,7 +3,8 @@
 A key joins the arm label when its value differs between runs and is not already implied by the keys
 before it (algo.name comes first, so GRPO's and GSPO's clip ranges, which follow from the algorithm,
 do not clutter the label). Bookkeeping keys (seed, run id, output folder, logging) never make arms.
-Runs on different tasks or models are not comparable: the report refuses them and names the key.
+Runs that are not one experiment (another task setting, model, cold start or length) are refused, naming
+the key (report/comparable.py).
 
 Arm labels are short (GRPO, GSPO lr=0.0005): algorithm names as the papers write them, other keys by their
 last part; `legend_note` spells the keys out once. Comparisons (`pairs`) are made within strata: the first
@@ -15,12 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo.conf.errors import GspoError
+from gspo.report.comparable import check_comparable
 from gspo.report.runs import Run
 
 REPLICATE_KEYS = ("seed",)
 BOOKKEEPING = ("run_id", "output_dir", "resume", "logger.", "eval.workers", "model.tiny.cache_dir")
-SEPARATE = ("model.name", "task.kind", "task.name", "task.dataset", "task.subset")
 FIRST = ("algo.name",)
 ALGO_NAMES = {"grpo": "GRPO", "gspo": "GSPO", "gspo_token": "GSPO-token", "dapo": "DAPO", "dr_grpo": "Dr. GRPO",
               "gmpo": "GMPO", "cispo": "CISPO", "sapo": "SAPO"}
@@ -50,16 +50,6 @@ def shared_config(runs: list[Run]) -> dict:
     """Keys with one value across all runs (bookkeeping left out)."""
     diff = set(differing_keys(runs))
     return {k: v for k, v in runs[0].config.items() if _comparable(k) and k not in diff}
-
-
-def check_comparable(runs: list[Run]) -> None:
-    for key in SEPARATE:
-        values: dict[str, list[str]] = {}
-        for r in runs:
-            values.setdefault(repr(r.config.get(key)), []).append(r.run_id)
-        if len(values) > 1:
-            parts = "; ".join(f"{key}={v} ({', '.join(ids)})" for v, ids in values.items())
-            raise GspoError(f"runs differ in {key}, so they are not comparable: {parts}; report them separately")
 
 
 def _implied(key: str, by: list[str], runs: list[Run]) -> bool:

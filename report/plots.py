@@ -29,6 +29,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import gspo.algos.metrics as M  # noqa: E402
 from gspo.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
+from gspo.report.collapse import collapsed  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
 from gspo.report.stats import band, excludes_zero  # noqa: E402
 from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
@@ -177,7 +178,7 @@ def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
 
 
 def key_grid(arms: list[Arm], task: str, out: Path, smooth: int = 5) -> bool:
-    """The six key curves by step, three per row, one legend for all; False when none could be drawn."""
+    """The six key curves by step, three per row, one legend for all above them; False when none could be drawn."""
     specs = key_specs(task)
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.4), dpi=90)
     drawn = []
@@ -193,9 +194,11 @@ def key_grid(arms: list[Arm], task: str, out: Path, smooth: int = 5) -> bool:
     if any(drawn):
         handles, labels = axes.flat[drawn.index(True)].get_legend_handles_labels()
         note = legend_note(list(arms[0].values)) if arms else ""
-        fig.legend(handles, labels, loc="lower center", ncol=min(6, max(1, len(labels))), fontsize=8,
+        # the legend above the panels: on the page it must be read with the curves' first screen, not below it
+        fig.legend(handles, labels, loc="upper center", ncol=min(6, max(1, len(labels))), fontsize=8,
                    title=note or None, title_fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.08 + 0.03 * (len(labels) // 7), 1, 1))
+        rows = math.ceil(len(labels) / 6) + (1 if note else 0)  # legend lines, its title included
+        fig.tight_layout(rect=(0, 0, 1, 0.99 - 0.037 * rows))
         fig.savefig(out)
     plt.close(fig)
     return any(drawn)
@@ -236,10 +239,6 @@ def forest(diffs: list[Difference], out: Path) -> bool:
     return True
 
 
-def collapsed(run: Run) -> bool:
-    return bool(run.status.get("collapsed"))
-
-
 def sensitivity(arms: list[Arm], key: str, head: Headline, out: Path) -> bool:
     """`head`'s value per run against the numeric `key`, one line per algorithm (mean, band across seeds,
     each seed a dot; a cross for a seed that collapsed), log x for a learning rate."""
@@ -261,13 +260,14 @@ def sensitivity(arms: list[Arm], key: str, head: Headline, out: Path) -> bool:
         bands = [band(vs, valid) for vs in values]
         name = ALGO_NAMES.get(algo, algo)
         how = " (min-max of 2 seeds)" if any(b.how == "min-max" for b in bands) else ""
-        ax.plot(xs, [b.mean for b in bands], marker="o", linewidth=2, label=f"{name}{how}", **st)
+        broke = " (top: seeds collapsed)" if any(collapsed(r) for a in group for r in a.runs) else ""
+        ax.plot(xs, [b.mean for b in bands], marker="o", linewidth=2, label=f"{name}{how}{broke}", **st)
         ax.fill_between(xs, [b.low for b in bands], [b.high for b in bands], color=st["color"], alpha=0.15, linewidth=0)
-        for x, a, b in zip(xs, group, bands, strict=True):
+        for x, a in zip(xs, group, strict=True):
             k = sum(collapsed(r) for r in a.runs)
-            if k:
-                ax.annotate(f"{k}/{len(a.runs)} collapsed", (x, b.mean), textcoords="offset points",
-                            xytext=(6, 8 - 16 * i), fontsize=8, color=st["color"])
+            if k:  # one row per algorithm along the top: labels of two algorithms at one x never overlap
+                ax.annotate(f"{k}/{len(a.runs)}", (x, 0.97 - 0.07 * i), xycoords=("data", "axes fraction"),
+                            ha="center", va="top", fontsize=8, color=st["color"], fontweight="bold")
             for r in a.runs:
                 v = arm_values(Arm(a.label, a.values, [r]), head)[0]
                 ax.plot([x], [v], "x" if collapsed(r) else ".", color=st["color"], alpha=0.7,
@@ -281,6 +281,9 @@ def sensitivity(arms: list[Arm], key: str, head: Headline, out: Path) -> bool:
             ax.minorticks_off()
         elif all(float(a.values[key]).is_integer() for a in arms):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if any(collapsed(r) for r in runs):  # room above the curves for the rows of collapse counts
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo, hi + (hi - lo) * 0.09 * len(by_algo))
         ax.set(xlabel=key, ylabel=f"{head.info.label} ({head.reduce})",
                title=f"{head.info.label} ({head.reduce}) against {key}: mean, band across seeds; x = a seed that collapsed")
         ax.title.set_fontsize(10)

@@ -15,6 +15,7 @@ import pandas as pd
 
 import gspo.algos.metrics as M
 from gspo.report.arms import Arm
+from gspo.report.load import load_text
 from gspo.report.runs import Run
 from gspo.report.stats import (
     Interval,
@@ -51,8 +52,11 @@ def metric_info(metric: str) -> MetricInfo:
 
 
 def valid_range(metric: str, runs: list[Run]) -> tuple[float | None, float | None]:
-    """The metric's declared range, widened to any value the runs actually logged."""
+    """The metric's declared range (the training reward's [0, 1] unless a run shapes it with an overlong
+    penalty), widened to any value the runs actually logged."""
     lo, hi = metric_info(metric).valid
+    if metric == M.REWARD_MEAN and not any(r.config.get("rollout.overlong_buffer") for r in runs):
+        lo = 0.0  # a task reward lies in [0, 1]: only DAPO's overlong penalty (rollout.overlong_buffer) goes below
     values = [float(v) for r in runs if metric in r.metrics for v in r.metrics[metric].dropna()]
     if values and lo is not None:
         lo = min(lo, min(values))
@@ -157,7 +161,8 @@ def diff_table(arms: list[Arm], h: Headline, pairs: list[tuple[Arm, Arm]] | None
 
 def status_table(arms: list[Arm]) -> pd.DataFrame:
     rows = [{"run": r.run_id, "arm": arm.label, "seed": r.config.get("seed"), "status": r.status.get("status", "unknown"),
-             "step": r.last_step, "of steps": r.config.get("train.steps"), "wall_s": r.status.get("wall_s")}
+             "step": r.last_step, "of steps": r.config.get("train.steps"), "wall_s": r.status.get("wall_s"),
+             "load (max)": load_text(r)}
             for arm in arms for r in arm.runs]
     return pd.DataFrame(rows)
 

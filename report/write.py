@@ -7,8 +7,11 @@ for a sweep over a numeric key the sensitivity plot with the share of seeds that
 Then the experiment's defining settings and what differs between arms (every other setting folded away),
 the tables, the runs, and every plot.
 
-Everything is checked before anything is written: a bad path, no runs, or runs on different tasks or
-models stop the report with one error and leave the output folder untouched.
+Everything is checked before anything is written: a bad path, no runs, or runs that are not one experiment
+(another task setting, model, cold start or length: report/comparable.py) stop the report with one error
+and leave the output folder untouched. Runs still going or stopped early are read at their common step
+(comparable.py, said in the verdict's first line); per-step times of runs under a high load are left out
+(load.py); where a run collapsed the verdict tests the collapse counts (collapse.py, Fisher's exact test).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from pathlib import Path
 import pandas as pd
 
 import gspo.algos.metrics as M
+from gspo.report import collapse
 from gspo.report.arms import (
     Arm,
+    check_comparable,
     differing_keys,
     group_arms,
     label_keys,
@@ -31,8 +36,10 @@ from gspo.report.arms import (
     pairs,
     shared_config,
 )
+from gspo.report.comparable import at_common_step, seeds_used
+from gspo.report.load import without_loaded_times
 from gspo.report.page import Block, fmt, to_html, to_markdown
-from gspo.report.plots import collapsed, forest, key_grid, sensitivity, write_plots
+from gspo.report.plots import forest, key_grid, sensitivity, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
 from gspo.report.stats import excludes_zero, mean_ci, zero_width
 from gspo.report.tables import (
@@ -74,6 +81,9 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     bar over the plots, the long part; `smooth`: the moving-average window of the training reward in the
     key curves (0 or 1: none)."""
     runs, notes = load_runs(paths)
+    check_comparable(runs)
+    runs, common = at_common_step(runs)
+    runs, timing = without_loaded_times(runs)
     arms = group_arms(runs)
     task = runs[0].config.get("task.name", "arith")
     heads = [h for h in headlines(task) if any(h.metric in r.metrics for r in runs)]
@@ -82,7 +92,9 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     compared = pairs(arms)
     diffs = {h.metric: [difference(h, a, b) for a, b in compared] for h in heads}
     chosen = _verdict_heads(heads, compared)
-    verdict = _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
+    common += [f"Runs used per arm: {seeds_used(arms)}."] if common else []
+    verdict = common + _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
+    verdict += also_resolved(heads, chosen, diffs) + collapse.verdict(compared, arms)
     front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys)),
                           Block("list", items=tuple(verdict), id="verdict")]
     front_files = []
@@ -95,9 +107,9 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
                                                    id="curves")]
         front_files.append(out_dir / "key_curves.png")
     for key in numeric_keys(arms):
-        front += _sensitivity(arms, key, heads, out_dir, front_files)
+        front += _sensitivity(arms, key, heads, out_dir, front_files, compared)
     plots = write_plots(arms, task, out_dir, progress)
-    notes = _notes(runs, notes)
+    notes = _notes(runs, notes) + timing
     blocks = front + _setup(runs, arms, keys, command) + _results(arms, heads, compared)
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
     blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
@@ -142,6 +154,18 @@ def _signed(v: float) -> str:
     return f"{v:+.3g}" if not math.isnan(v) else "-"
 
 
+def ratio_text(r: float) -> str:
+    """`130x`, `1,100x`, `0.0042x`: never `0x` (a zero arm has no ratio to its baseline: the caller leaves it
+    out) nor `1.1e+03x`."""
+    return f"{r:,.0f}x" if abs(r) >= 1000 else f"{r:.3g}x" if abs(r) >= 0.001 else f"1/{1 / r:,.0f}x"
+
+
+def _one_seed(d: Difference) -> str:
+    """`one seed per arm`, or the seeds each arm used when they differ (`GRPO 2 seeds, CISPO 1`)."""
+    a, b = len(d.arm.runs), len(d.base.runs)
+    return "one seed per arm" if a == b else f"{d.base.label} {b} seed(s), {d.arm.label} {a}"
+
+
 def verdict_line(d: Difference) -> str:
     """One comparison in plain words: what the arm's value is against its baseline, how sure, and (not
     resolved) the seeds per arm that would resolve a difference this large at 80% power."""
@@ -149,11 +173,11 @@ def verdict_line(d: Difference) -> str:
     if d.head.info.kind == SCORE:
         what, pre = f"{label}: {d.arm.label} - {d.base.label} = {_signed(ci.mean)}", ""
     else:
-        ratio = f"{d.ratio:.3g}x; " if d.base_mean and not math.isnan(d.ratio) else ""
+        ratio = f"{ratio_text(d.ratio)}; " if d.base_mean and d.arm_mean and not math.isnan(d.ratio) else ""
         what = f"{label}: {d.arm.label} {fmt(d.arm_mean)} vs {d.base.label} {fmt(d.base_mean)}"
         pre = f"{ratio}difference {_signed(ci.mean)}, "
     if n < 2:
-        return f"{what} ({pre}one seed per arm: no interval, no claim either way)"
+        return f"{what} ({pre}{_one_seed(d)}: no interval, no claim either way)"
     if zero_width(ci):
         return (f"{what} ({pre}{n} seeds): the seeds tied exactly, so the interval has zero width; a tie of "
                 f"{n} seeds is not certainty, run more seeds")
@@ -177,35 +201,50 @@ def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:
     if n < 3:
         lines.append(f"With {n} seed(s) per arm the intervals say little: bands in the plots are the seeds' min-max, "
                      "not a 95% interval; run seed=0,1,2 (or more) before drawing a conclusion.")
-    broke = [r for a in arms for r in a.runs if collapsed(r)]
-    if broke:
-        lines.append(f"{len(broke)} of {sum(len(a.runs) for a in arms)} runs collapsed (see the collapse table "
-                     "and the dashed lines in the curves).")
     return lines
 
 
-def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path, files: list[Path]) -> list[Block]:
-    """The final score against `key`, and the share of seeds that collapsed at each value."""
+def also_resolved(heads: list[Headline], chosen: list[Headline], diffs: dict) -> list[str]:
+    """Every resolved difference of a reported metric the verdict's chosen metrics left out (a sweep with
+    many comparisons keeps the verdict to one metric; DAPO's training reward must not hide in a table), one
+    line per metric: `also resolved, training reward: DAPO - GRPO -0.031 (95% CI -0.05 to -0.012), ...`."""
+    lines = []
+    for h in (h for h in heads if h not in chosen):
+        found = [d for d in diffs[h.metric] if excludes_zero(d.ci)]
+        if found:
+            lines.append(f"also resolved, {h.info.label} ({h.reduce}): " + "; ".join(
+                f"{d.arm.label} - {d.base.label} {_signed(d.ci.mean)} (95% CI {_signed(d.ci.low)} to "
+                f"{_signed(d.ci.high)}, {d.ci.n} seeds)" for d in found))
+    return lines
+
+
+def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path, files: list[Path],
+                 compared: list) -> list[Block]:
+    """The final score against `key`, beside it the share of seeds that collapsed at each value with Fisher's
+    exact test against the baseline at that value (and pooled over the values), then the greedy score."""
     blocks = [Block("h2", f"Sensitivity to {key}")]
+    base_of = {id(arm): base for arm, base in compared}
+    rows = []
+    score = next((h for h in heads if h.info.kind == SCORE), None)
+    for arm in sorted(arms, key=lambda a: (str(a.values.get("algo.name", "")), a.values[key])):
+        row = {"arm": arm.label, key: arm.values[key], **collapse.row(arm, base_of.get(id(arm)))}
+        if score:
+            row[f"{score.info.label} (final, mean)"] = mean_ci(arm_values(arm, score)).mean
+        rows.append(row)
+    table = [Block("table", table=pd.DataFrame(rows), id="collapse"),
+             Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
+                        "moving average or held-out accuracy fell far below its best, or entropy or length broke "
+                        "down; trainer/run/collapse.py); p: Fisher's exact test (two-sided) of the arm's collapsed share "
+                        "against its baseline's. " + " ".join(collapse.pooled_lines(compared)))]
+    placed = False
     for h in [h for h in heads if h.info.kind == SCORE][:2]:
         path = out_dir / f"sensitivity_{key.replace('.', '_')}_{h.metric.replace('/', '_')}.png"
         if sensitivity(arms, key, h, path):
             blocks.append(Block("img", f"{h.info.label} against {key}", image=path, id=f"sensitivity-{len(files)}"))
             files.append(path)
-    rows = []
-    score = next((h for h in heads if h.info.kind == SCORE), None)
-    for arm in sorted(arms, key=lambda a: (str(a.values.get("algo.name", "")), a.values[key])):
-        row = {"arm": arm.label, key: arm.values[key], "seeds": len(arm.runs),
-               "collapsed": f"{sum(collapsed(r) for r in arm.runs)}/{len(arm.runs)}",
-               "first collapse step": min([r.status["collapsed"].get("step") for r in arm.runs if collapsed(r)],
-                                          default=None)}
-        if score:
-            row[f"{score.info.label} (final, mean)"] = mean_ci(arm_values(arm, score)).mean
-        rows.append(row)
-    blocks += [Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
-                          "moving average or held-out accuracy fell far below its best, or entropy or length broke "
-                          "down; trainer/run/collapse.py)."), Block("table", table=pd.DataFrame(rows), id="collapse")]
-    return blocks
+        if not placed:  # beside the first plot
+            blocks, placed = blocks + table, True
+    return blocks if placed else blocks + table
 
 
 def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> list[Block]:
@@ -263,5 +302,5 @@ def _notes(runs: list[Run], notes: list[str]) -> list[str]:
     unfinished = [r for r in runs if r.status.get("status") != "finished"]
     if unfinished:
         torn.append(f"{len(unfinished)} run(s) not finished: their final values are from their last step "
-                    "(see the table of runs), not from the configured end")
+                    "(see the table of runs) or the common step the verdict names, not from the configured end")
     return torn + notes

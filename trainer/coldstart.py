@@ -65,6 +65,9 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
     if (final / "coldstart.json").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
+    changed = settings_changed(spec, final.parent)
+    if changed:  # otherwise a run whose task setting changed sits minutes in a build nobody asked for
+        log(f"cold start: none cached for these settings ({changed}): building a new one")
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
     try:
         _build(spec, tmp, log, progress, final)
@@ -76,6 +79,28 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+SPEC_KEYS = {"min_digits": "task.min_digits", "max_digits": "task.max_digits", "ops": "task.ops",
+             "max_new_tokens": "rollout.max_new_tokens"}  # the rest of a spec's fields are model.tiny.<field>
+
+
+def settings_changed(spec: ColdStartSpec, root: Path) -> str:
+    """What differs between `spec` and the closest cold start cached under `root`, as config keys
+    (`task.max_digits=4, cached 5`); empty when none is cached (the first build says so itself)."""
+    cached = []
+    for f in root.glob("*/coldstart.json"):
+        try:
+            cached.append(json.loads(f.read_text()).get("spec") or {})
+        except (OSError, ValueError):
+            continue
+    mine = spec.fields()
+    diffs = [[k for k in mine if k in c and c[k] != mine[k]] for c in cached]
+    if not diffs:
+        return ""
+    i = min(range(len(diffs)), key=lambda j: len(diffs[j]))
+    return ", ".join(f"{SPEC_KEYS.get(k, f'model.tiny.{k}')}={mine[k]}, cached {cached[i][k]}" for k in diffs[i][:3]) + (
+        f" and {len(diffs[i]) - 3} more" if len(diffs[i]) > 3 else "")
 
 
 def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress: bool, final: Path) -> None:

@@ -140,11 +140,26 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
     assert "## Sensitivity to train.lr" in md and "sensitivity_train_lr_eval_arith_accuracy.png" in md
     table = md.split("## Sensitivity to train.lr")[1]
     assert "| GRPO lr=0.0007 | 0.0007 | 3 | 3/3 | 6 |" in table  # every GRPO seed collapsed at the top rate
-    assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 |" in table and "| GSPO lr=0.0001 | 0.0001 | 3 | 0/3 | - |" in table
+    assert "| GSPO lr=0.0001 | 0.0001 | 3 | 0/3 | - |" in table
     # the verdict compares GSPO with GRPO at each rate, not every arm with the first
     assert [v.split(" = ")[0] for v in report.verdict[:3]] == [
         f"held-out accuracy: GSPO lr={lr} - GRPO lr={lr}" for lr in ("0.0001", "0.0003", "0.0007")]
-    assert "4 of 18 runs collapsed" in report.verdict[-1]
+    # collapse as a verdict: the count, Fisher's exact test where a run collapsed, and pooled over the rates
+    # (hand: 1/3 vs 3/3 has 4 collapses among 6 runs; P(k GSPO collapses) = C(3,k) C(3,4-k) / C(6,4) = 3/15, 9/15,
+    # 3/15 for k = 1, 2, 3, so p = 0.2 + 0.2 = 0.4; pooled 1/9 vs 3/9: (126 + 756 + 756 + 126) / 3060 = 0.576)
+    assert report.verdict[-3:] == [
+        "4 of 18 runs collapsed (dashed lines in the curves).",
+        "collapsed: GSPO lr=0.0007 1/3 vs GRPO lr=0.0007 3/3 (first at step 6 vs 6; Fisher's exact test p = 0.4): "
+        "not resolved; with 3 and 3 runs no count can be (all against none gives p = 0.1)",
+        "collapsed, pooled over train.lr (3 values; a summary: unlike risks added): GSPO 1/9 vs GRPO 3/9 (first at "
+        "step 6 vs 6; Fisher's exact test p = 0.58): not resolved"]
+    assert "see the collapse table" not in md
+    # the verdict keeps to accuracy with this many comparisons, but a resolved difference of another reported
+    # metric is said too, one line per metric (GSPO clips ~0.24 of tokens against GRPO's ~0.002 at every rate)
+    also = [v for v in report.verdict if v.startswith("also resolved, ")]
+    assert len(also) == 1 and also[0].startswith("also resolved, clipped tokens (mean): GSPO lr=0.0001 - GRPO lr=0.0001 +0.2")
+    assert also[0].count(" - GRPO lr=") == 3
+    assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 | GRPO lr=0.0007 | 0.4 |" in table
     summary = pd.read_csv(out / "summary.csv")
     top = summary[(summary["train.lr"] == 7e-4) & (summary["algo.name"] == "gspo")]
     assert top["baseline"].tolist() == ["GRPO lr=0.0007"] * 3
@@ -166,7 +181,7 @@ def test_compare_folds_gspo_token_where_it_equals_gspo_and_refuses_on_policy():
 def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
     (tmp_path / "runs").mkdir()
     jobs = ["seed=0 algo=grpo", "seed=0 algo=gspo", "seed=1 algo=grpo", "seed=1 algo=gspo"]
-    assert job_progress(tmp_path, 0, jobs) == "sweep job 1/4, ETA after the first job"
+    assert job_progress(tmp_path, 0, jobs) == "sweep job 1/4, ETA once the job has logged 2 steps"
     (tmp_path / "runs" / "0.json").write_text(json.dumps({"run_dir": "x", "started": 100.0, "ended": 200.0,
                                                           "outcome": "finished"}))
     assert job_progress(tmp_path, 1, jobs) == "sweep job 2/4, ETA 0:05:00 for the 3 left (0:01:40 per job over 1 done)"

@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from gspo.report.load import loaded
 from gspo.report.page import fmt
+from gspo.report.runs import load_run
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -50,13 +52,15 @@ def test_sweep_runs_four_jobs_and_records_them(sweep_dir):
         assert config["logger"]["tags"] == [f"algo={config['algo']['name']}", f"seed={config['seed']}"]
 
 
-def test_report_writes_every_file(report):
+def test_report_writes_every_file(report, sweep_dir):
     names = {p.name for p in report.iterdir()}
     assert {"report.md", "report.html", "summary.csv"} <= names
+    # a run that ran under a high load has its times left out (report/load.py): on a busy machine all four may
+    timed = [r for r in _runs(sweep_dir) if not loaded(load_run(r))]
     for metric in ("reward_mean", "eval_arith_accuracy", "eval_arith_accuracy_greedy"):
-        assert {f"{metric}_by_{x}.png" for x in ("step", "time", "tokens")} <= names
+        assert {f"{metric}_by_{x}.png" for x in ("step", "tokens", *(["time"] if timed else []))} <= names
     for metric in ("clip_token_frac", "clip_seq_frac", "completion_len_mean", "policy_entropy", "optim_grad_norm",
-                   "time_step_s"):
+                   *(["time_step_s"] if timed else [])):
         assert f"{metric}_by_step.png" in names
     md = (report / "report.md").read_text()
     for png in (p for p in names if p.endswith(".png")):

@@ -2,7 +2,7 @@
 
     results/runs/<run_id>/
       config.yaml      fully resolved config
-      run.json         status (running, finished, failed, interrupted), versions, timing, last step
+      run.json         status (running, finished, failed, interrupted), versions, timing, last step, load average
       metrics.jsonl    one row per step
       evals.jsonl      one row per (benchmark, metric) evaluation
       samples.jsonl    some prompts, completions and rewards per step
@@ -224,9 +224,13 @@ class RunDir:
         self._claim()
         info = self.status() or self._new_info()
         info.update(fields, status=status, updated=_now(), pid=os.getpid(), host=socket.gethostname())
+        load = round(os.getloadavg()[0], 2)  # runnable processes (1-min mean): the load the run's times were taken under
+        info.setdefault("load_start", load)
+        info["load_max"] = max(info.get("load_max", load), load)
         if status in ("finished", "failed", "interrupted"):
             info["ended"] = _now()
             info["wall_s"] = round(time.time() - info.get("started_unix", time.time()), 1)
+            info["load_end"] = load
         atomic_write_text(self.path / "run.json", json.dumps(info, indent=2) + "\n")
 
     def _new_info(self) -> dict:

@@ -1,0 +1,31 @@
+"""The `gspo` console script: a first line at once, then the command line proper (gspo.cli.main).
+
+Importing torch, transformers, pandas and matplotlib takes 6-10 s on a small CPU (20 s under load) before
+a command can print anything; a user at a terminal sees this module's line instead of a silent wait. Only
+on a terminal: piped or captured output (scripts, tests) is exactly the command's own. This module
+imports nothing heavy, and nothing of the project until the line is out.
+"""
+
+from __future__ import annotations
+
+import sys
+
+SLOW = ("train", "sweep", "compare", "report", "eval", "grade", "export-hf")  # commands that import torch or pandas
+HELP = ("--help", "-h", "--cfg", "--info")
+
+
+def first_line(argv: list[str]) -> str | None:
+    """What to say at once for `gspo argv...` (None: nothing, e.g. no command, or help)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in SLOW or any(a in HELP for a in argv):
+        return None
+    return f"gspo {command}: starting (loading torch and its libraries takes a few seconds)"
+
+
+def main() -> None:
+    line = first_line(sys.argv[1:])
+    if line and sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
+    from gspo.cli.main import main as run
+
+    run()

@@ -1,0 +1,256 @@
+"""Issue 38: a report compares like with like. Runs that differ in what defines the experiment are refused
+(or split with --separate), running or unequal runs are compared at a common step, collapse counts are
+tested (Fisher's exact test, checked against hand computations and by simulation against its nominal
+level), per-step times of loaded runs are left out, and the small things (ratios, reward band, the early
+ETA, the cold start's rebuild line). Runs are written by hand (report_runs.py): these take seconds."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from report_runs import fake_run
+
+from gspo.conf.errors import GspoError
+from gspo.report import write_groups, write_report
+from gspo.report.collapse import Count, fisher_p, line, smallest_p
+from gspo.report.comparable import at_common_step, check_comparable, defining
+from gspo.report.load import HIGH_LOAD, loaded, without_loaded_times
+from gspo.report.runs import load_run
+from gspo.report.tables import valid_range
+from gspo.report.write import ratio_text
+
+
+def _set(run: Path, key: str, value) -> Path:
+    """Change one dotted key of a hand-written run's config.yaml."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    node = config
+    *parents, last = key.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+def _cut(run: Path, upto: int, status: str = "running") -> Path:
+    """The run as a reader finds it while it is still going: metrics up to `upto`, run.json `status`."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= upto))
+    info = json.loads((run / "run.json").read_text()) | {"status": status, "step": upto}
+    (run / "run.json").write_text(json.dumps(info))
+    return run
+
+
+def _status(run: Path, **fields) -> Path:
+    info = json.loads((run / "run.json").read_text()) | fields
+    (run / "run.json").write_text(json.dumps(info))
+    return run
+
+
+@pytest.mark.parametrize(("key", "value", "what"), [
+    ("task.max_digits", 4, "the task's settings"), ("task.eval_size", 8, "the task's settings"),
+    ("train.steps", 2, "the schedule and length"), ("model.tiny.hidden_size", 32, "the model and its cold start"),
+    ("train.collapse.eval_drop", 0.3, "what counts as a collapse")])
+def test_runs_that_differ_in_what_defines_the_experiment_are_refused_naming_the_key(tmp_path, key, value, what):
+    runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in (0, 1)]
+    odd = _set(fake_run(tmp_path / "odd", "grpo", 5), key, value)
+    with pytest.raises(GspoError) as e:
+        write_report([*runs, odd], tmp_path / "out", wandb="disabled")
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(f"runs differ in {key}, which is {what}")
+    assert f"{key}={value} (grpo-lr0.0001-s5)" in message and "--separate" in message
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_the_issue_case_names_the_task_setting_first_and_what_may_differ_is_not_defining(tmp_path):
+    """A 4-digit 2-step run with 8 held-out prompts beside a 5-digit 4-step sweep: the message names
+    max_digits first (not eval_size, which the old report made the arm label) and counts the rest."""
+    five = [fake_run(tmp_path / "s", a, s) for a in ("grpo", "gspo") for s in (0, 1)]
+    four = fake_run(tmp_path / "x", "grpo", 0)
+    for key, value in (("task.max_digits", 4), ("task.eval_size", 8), ("train.steps", 2)):
+        _set(four, key, value)
+    with pytest.raises(GspoError, match=r"^runs differ in task.max_digits \(and 2 more: task.eval_size, train.steps\)"):
+        check_comparable([load_run(p) for p in (*five, four)])
+    assert not any(defining(k) for k in ("train.lr", "algo.name", "train.minibatches", "seed", "task.workers",
+                                         "model.tiny.cache_dir", "rollout.max_new_tokens"))
+
+
+def test_separate_writes_one_report_per_group_of_like_runs(tmp_path):
+    five = [fake_run(tmp_path / "s", a, s) for a in ("grpo", "gspo") for s in (0, 1)]
+    four = _set(fake_run(tmp_path / "x", "grpo", 0), "task.max_digits", 4)
+    groups = write_groups([*five, four], tmp_path / "out", wandb="disabled")
+    assert [name for name, _ in groups] == ["task.max_digits=None", "task.max_digits=4"]
+    first, second = (r for _, r in groups)
+    assert first.out_dir == tmp_path / "out" / "group-1" and (first.out_dir / "report.md").is_file()
+    assert first.headline["arm"].tolist() == ["GRPO", "GSPO"]  # labels: only the key that differs in the group
+    assert second.verdict[0].startswith("One arm (1 runs)") and second.notes[0] == "group 2 of 2: task.max_digits=4"
+
+
+def test_a_running_sweep_is_compared_at_the_common_step_and_seeds_count_the_runs_used(tmp_path):
+    """The issue's case: GRPO seed 0 finished 20 steps, GRPO seed 1 has logged only step 0 (accuracy before
+    any training), GSPO seed 0 is at step 12. Before, GRPO's mean was (acc_s0@20 + acc_s1@0) / 2 over
+    'n=2'; now seed 1 is left out and both arms are read at step 12 (the last eval every run has)."""
+    g0 = fake_run(tmp_path, "grpo", 0, steps=20, eval_every=4)
+    g1 = _cut(fake_run(tmp_path, "grpo", 1, steps=20, eval_every=4), 0)
+    s0 = _cut(fake_run(tmp_path, "gspo", 0, steps=20, eval_every=4, level=0.6), 12)
+    acc = "eval/arith/accuracy"
+    at = {r: {row["step"]: row.get(acc) for row in map(json.loads, (r / "metrics.jsonl").read_text().splitlines())}
+          for r in (g0, g1, s0)}
+    report = write_report([g0, g1, s0], tmp_path / "out", wandb="disabled")
+    assert report.verdict[0].startswith("Compared at step 12, the last step every run reached (the runs reached "
+                                        "step 12-20 of 20: gspo-lr0.0001-s0 running at step 12)")
+    assert report.verdict[1] == "grpo-lr0.0001-s1 is left out: it has no training step yet (running)"
+    assert report.verdict[2] == "Runs used per arm: GRPO 1, GSPO 1."
+    rows = report.headline.set_index("arm")
+    assert rows.loc["GRPO", "mean"] == pytest.approx(at[g0][12]) and rows.loc["GRPO", "n"] == 1
+    assert rows.loc["GRPO", "mean"] != pytest.approx((at[g0][20] + at[g1][0]) / 2)  # what the old report said
+    assert rows.loc["GSPO", "mean"] == pytest.approx(at[s0][12])
+    diff = next(v for v in report.verdict if v.startswith("held-out accuracy: GSPO - GRPO"))
+    assert f"= {at[s0][12] - at[g0][12]:+.3g} " in diff
+
+
+def test_each_metric_is_cut_at_the_last_step_every_run_logged_it(tmp_path):
+    """Runs at steps 10 and 6 with evals every 4: compared at step 6, training metrics to step 6, held-out
+    accuracy as of step 4; runs that end together are left as they are and nothing is said."""
+    a = load_run(fake_run(tmp_path, "grpo", 0, steps=10, eval_every=4))
+    b = load_run(_cut(fake_run(tmp_path, "gspo", 0, steps=10, eval_every=4), 6))
+    runs, said = at_common_step([a, b])
+    assert [r.last_step for r in runs] == [6, 6] and "held-out accuracy as of step 4" in said[0]
+    m = runs[0].metrics
+    assert m.loc[m["eval/arith/accuracy"].notna(), "step"].max() == 4 and m["reward/mean"].notna().sum() == 6
+    assert at_common_step([a, a]) == ([a, a], [])
+    # a run stopped where it collapsed (train.stop_on_collapse) ended as meant: the others are not cut to its step
+    stopped = load_run(_status(_cut(fake_run(tmp_path, "gspo", 1, steps=10, eval_every=4), 6, "finished"),
+                               stopped="collapse", collapsed={"step": 6, "reason": "x"}))
+    runs, said = at_common_step([a, stopped])
+    assert [r.last_step for r in runs] == [10, 6] and said == []
+
+
+def test_fisher_exact_test_matches_hand_computations():
+    """Hypergeometric by hand. 2/3 vs 0/3 (the stability preset): 2 collapses among 6 runs, P(k of them in
+    the first arm) = C(3,k) C(3,2-k) / C(6,2) = 3/15, 9/15, 3/15 for k = 0, 1, 2: p = 6/15 = 0.4. 3/3 vs 2/3
+    (lr 5e-4): P(k) = C(3,k) C(3,5-k) / C(6,5) = 3/6 for k = 2, 3: p = 1. Pooled lr preset 7/15 vs 5/15:
+    P(k) = C(15,k) C(15,12-k) / C(30,12); the tables no likelier than k = 7 sum to 0.7104."""
+    assert fisher_p(Count("GSPO", 2, 3), Count("GRPO", 0, 3)) == pytest.approx(6 / 15)
+    assert fisher_p(Count("GRPO", 3, 3), Count("GSPO", 2, 3)) == pytest.approx(1.0)
+    probs = [math.comb(15, k) * math.comb(15, 12 - k) / math.comb(30, 12) for k in range(13)]
+    assert fisher_p(Count("GRPO", 7, 15), Count("GSPO", 5, 15)) == pytest.approx(
+        sum(p for p in probs if p <= probs[7] * (1 + 1e-9)), abs=1e-12) == pytest.approx(0.7104, abs=1e-4)
+    assert smallest_p(3, 3) == pytest.approx(2 / 20)  # C(6,3) = 20 tables; the two extremes
+    assert line(Count("GSPO", 2, 3, (20, 30)), Count("GRPO", 0, 3)) == (
+        "collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 20 vs -; Fisher's exact test p = 0.4): not resolved; "
+        "with 3 and 3 runs no count can be (all against none gives p = 0.1)")
+    assert line(Count("GRPO", 10, 10), Count("GSPO", 0, 10)).endswith("resolved (GRPO collapses more often)")
+
+
+def test_fisher_exact_test_keeps_its_nominal_level_by_simulation():
+    """Under the null (both arms collapse with probability 0.3, 10 runs each) Fisher's test rejects at most
+    5% of the time (it is conservative); with a real difference (0.1 vs 0.8) it rejects most of the time."""
+    rng = np.random.default_rng(38)
+    def rate(pa: float, pb: float, n: int = 10, sims: int = 2000) -> float:
+        ka, kb = rng.binomial(n, pa, sims), rng.binomial(n, pb, sims)
+        return float(np.mean([fisher_p(Count("a", int(a), n), Count("b", int(b), n)) < 0.05 for a, b in zip(ka, kb, strict=True)]))
+    assert rate(0.3, 0.3) <= 0.05
+    assert rate(0.1, 0.8) >= 0.7
+
+
+def test_times_of_runs_under_high_load_are_left_out_and_said(tmp_path):
+    quiet = load_run(_status(fake_run(tmp_path, "grpo", 0), load_start=1.1, load_max=2.2, load_end=2.0))
+    busy = load_run(_status(fake_run(tmp_path, "grpo", 1), load_start=1.0, load_max=2 * HIGH_LOAD + 1, load_end=3.0))
+    old = load_run(fake_run(tmp_path, "gspo", 0))  # recorded no load
+    assert (loaded(quiet), loaded(busy), loaded(old)) == (False, True, False)
+    runs, said = without_loaded_times([quiet, busy, old])
+    assert runs[1].metrics["time/step_s"].isna().all() and runs[0].metrics["time/step_s"].notna().sum() == 12
+    assert said[0].startswith("grpo-lr0.0001-s1: its per-step times are left out of the comparison: it ran under a "
+                              "load of 4.0 on 2 CPUs") and "recorded no load average" in said[1]
+
+
+def test_the_trainer_records_the_load_it_ran_under(finished_run):
+    info = json.loads((finished_run / "run.json").read_text())
+    assert all(isinstance(info[k], float) and info[k] >= 0 for k in ("load_start", "load_max", "load_end"))
+    assert info["load_max"] >= max(info["load_start"], info["load_end"])
+
+
+def test_ratios_are_never_zero_x_and_the_reward_band_stays_in_its_range(tmp_path):
+    assert [ratio_text(r) for r in (130.2, 1100.4, 0.0042, 0.00021)] == ["130x", "1,100x", "0.0042x", "1/4,762x"]
+    runs = [load_run(fake_run(tmp_path, "grpo", s)) for s in (0, 1)]
+    assert valid_range("reward/mean", runs) == (0.0, 1.0)  # a task reward: [0, 1], not the shaped (-1, 1)
+    _set(runs[0].path, "rollout.overlong_buffer", 0.2)
+    assert valid_range("reward/mean", [load_run(runs[0].path)])[0] == -1.0  # DAPO's overlong penalty goes below 0
+
+
+def test_a_sweep_gives_an_eta_from_its_first_job_before_it_ends(tmp_path):
+    from gspo.cli.sweep import early_eta
+
+    rows = [{"step": 0}, {"step": 1, "time/step_s": 2.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert early_eta(tmp_path, steps=20, jobs=6) is None  # one step is not a rate
+    rows.append({"step": 2, "time/step_s": 4.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # 3 s/step: 18 steps left of job 1 and 5 jobs of 20 steps: 3 * (18 + 100) = 354 s
+    assert early_eta(tmp_path, steps=20, jobs=6).startswith("sweep ETA about 0:05:54 for the 6 jobs (job 1's first "
+                                                            "2 steps at 3 s/step")
+
+
+def test_a_cold_start_rebuilt_for_a_changed_setting_says_which(tmp_path):
+    from gspo.conf import compose_config
+    from gspo.trainer.coldstart import settings_changed
+    from gspo.trainer.policy import tiny_spec
+
+    spec = tiny_spec(compose_config(["task.max_digits=4"]))
+    assert settings_changed(spec, tmp_path) == ""  # nothing cached: the first build says so itself
+    cached = tmp_path / "abc"
+    cached.mkdir()
+    (cached / "coldstart.json").write_text(json.dumps({"spec": spec.fields() | {"max_digits": 5}}))
+    assert settings_changed(spec, tmp_path) == "task.max_digits=4, cached 5"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _readme_stability_rows() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| preset (committed report) |"):]
+    table = table[:table.index("\n\n")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in table.splitlines()[2:]]
+
+
+def test_the_readme_stability_table_matches_the_committed_runs_and_fishers_test():
+    """Every count of the README's stability table with its Fisher p; the lr preset's counts recomputed from
+    its committed summary.csv (one row per run, collapsed_step empty where the run did not collapse)."""
+    import pandas as pd
+
+    rows = _readme_stability_rows()
+    assert [r[0].split(" ")[0] for r in rows if r[0]] == ["`lr`", "`stability`", "`moe`"]
+    frac = re.compile(r"(\d+)/(\d+)")
+    for _setting, grpo, gspo, p in (r[1:] for r in rows):
+        (gk, gn), (sk, sn) = (tuple(map(int, frac.match(c).groups())) for c in (grpo, gspo))
+        if p != "-":
+            assert fisher_p(Count("GRPO", gk, gn), Count("GSPO", sk, sn)) == pytest.approx(float(p.split(" ")[0]), abs=0.005)
+    assert rows[-1][4].endswith("(0.50 against both GRPO arms, 4/6)")
+    assert fisher_p(Count("GRPO", 4, 6), Count("GSPO", 3, 3)) == pytest.approx(0.5)  # (C(6,4) C(3,3) + ...) / C(9,7)
+    summary = pd.read_csv(ROOT / "results" / "lr-sensitivity" / "summary.csv")
+    summary["broke"] = summary["collapsed_step"].notna()
+    counts = summary.groupby(["algo.name", "train.lr"])["broke"].agg(["sum", "count"])
+    said = {r[1]: (r[2], r[3]) for r in rows[:5]}
+    for lr, text in ((3.5e-4, "lr 3.5e-4"), (5e-4, "lr 5e-4"), (7e-4, "lr 7e-4")):
+        for algo, cell in zip(("grpo", "gspo"), said[text], strict=True):
+            assert cell.startswith(f"{counts.loc[(algo, lr), 'sum']}/{counts.loc[(algo, lr), 'count']}"), (algo, lr)
+    pooled = summary.groupby("algo.name")["broke"].agg(["sum", "count"])
+    assert said["pooled over the 5 rates"] == tuple(f"{pooled.loc[a, 'sum']}/{pooled.loc[a, 'count']}" for a in ("grpo", "gspo"))
+
+
+def test_unequal_arms_say_each_arms_seeds_and_a_terminal_gets_a_first_line_at_once(tmp_path):
+    from gspo.cli.entry import first_line
+
+    runs = [fake_run(tmp_path, "grpo", 0), fake_run(tmp_path, "grpo", 1), fake_run(tmp_path, "gspo", 0)]
+    report = write_report(runs, tmp_path / "out", wandb="disabled")
+    assert "(GRPO 2 seed(s), GSPO 1: no interval, no claim either way)" in report.verdict[0]
+    assert first_line(["report", "x"]) == "gspo report: starting (loading torch and its libraries takes a few seconds)"
+    assert first_line(["train", "--help"]) is None and first_line(["--help"]) is None
