@@ -5,7 +5,9 @@ two-step `gspo train` takes seconds. It is too weak to be useful, but right ofte
 have unequal rewards, so the updates move the weights (LEARNING_SEED is a seed where one does at step 1,
 whose update leaves AdamW momentum that moves the weights at later steps too; tests that need a learning
 signal assert it). Every test run writes under pytest's tmp dirs,
-with GSPO_CACHE pointing at a session cache and W&B and the Hugging Face hub kept offline.
+with GSPO_CACHE pointing at a session cache and W&B and the Hugging Face hub kept offline. Under pytest-xdist
+(the README's command runs `-n auto`) each worker has its own tmp dirs, so its own cold-start cache, and a
+share of the cores for torch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 TINY = [
@@ -45,6 +48,29 @@ TIMING_KEYS = ("time",)  # when an evals.jsonl row was written
 
 def without_timing(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES) and k not in TIMING_KEYS} for r in rows]
+
+
+def _workers() -> int:
+    """How many pytest-xdist workers share the machine (1 without xdist)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+def _threads_per_worker() -> int | None:
+    """Torch threads for each worker when several share the cores (None: leave torch's default).
+
+    The embedded model's matmuls are small: two workers at one thread each finish the suite far sooner than
+    one worker at two threads, and two workers at two threads each oversubscribe a 2-core machine."""
+    if _workers() <= 1:
+        return None
+    return max(1, (os.cpu_count() or 1) // _workers())
+
+
+def pytest_configure(config) -> None:
+    """Under xdist, each worker (and every console script it starts) gets its share of the cores."""
+    threads = _threads_per_worker()
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
 
 
 def _offline_env(cache: Path) -> dict[str, str]:
