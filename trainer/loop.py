@@ -40,7 +40,7 @@ from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
-from gspo.trainer.engines.registry import make_engine, require_engine
+from gspo.trainer.engines.registry import check_engine, make_engine
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.model.logprobs import compile_body
@@ -89,7 +89,7 @@ def train(cfg, log=print) -> Path:
                             "algo.routing_replay=trainer (R2) with several")
         fsdp.check(cfg, world)
         precision_name = checked_precision(cfg, device)
-        require_engine(cfg.rollout)
+        check_engine(cfg, world)
         cfg.run_id = distributed.broadcast(cfg.run_id or default_run_id(cfg.algo.name, cfg.seed), world)
         if world.main:
             run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)
