@@ -8,7 +8,8 @@ parallel/  processes and shards: data parallelism, FSDP, MoE routing shared acro
 tasks/     training tasks: what a task is, the task registry, the code task
 engines/   rollout engines (hf, vLLM), what they return (`Rollout`), where old log-probs come from
 step/      one training step: sampling, scoring, advantages, the update, metric reduction, its context
-loop.py, evaluate.py, policy.py, coldstart.py, state.py: the recipe that composes the rooms into a run.
+loop.py, evaluate.py, policy.py, coldstart.py, state.py, preflight.py (every pre-run check, one pass): the
+recipe that composes the rooms into a run.
 
 The trainer may import algos, conf and evals; nothing below report/ and cli/ imports it back.
 """
