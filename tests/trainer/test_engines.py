@@ -102,3 +102,17 @@ def test_a_new_engine_is_one_class_one_register_call_and_one_yaml(gspo, tmp_path
             check_engine(compose_config([*TINY, search, "rollout=counting", "model.lora.r=8"]))
     finally:
         del ENGINES["counting"]
+
+
+def test_each_registered_engine_implements_the_interface():
+    """Every built-in engine class has the Engine methods with the interface's parameters (vLLM's class is
+    checked without vLLM: its module imports without it)."""
+    import inspect
+
+    from gspo.trainer.engines.base import Engine
+    from gspo.trainer.engines.vllm_engine import _VLLMEngine
+
+    for cls in (hf_engine.HFEngine, _VLLMEngine):
+        for method in ("generate", "sync_weights"):
+            want = list(inspect.signature(getattr(Engine, method)).parameters)
+            assert list(inspect.signature(getattr(cls, method)).parameters) == want, (cls.__name__, method)
