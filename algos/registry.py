@@ -147,12 +147,19 @@ def takes_inputs(fn: LossFn) -> bool:
     return first is not None and first.kind is not inspect.Parameter.KEYWORD_ONLY and \
         first.annotation in (LossInputs, "LossInputs")
 
+def check_clip(algo: Algorithm, clip_low: float, clip_high: float) -> None:
+    """The clip-range rule, stated once (the loss's inputs and the pre-run check read it): 0 < clip_low < 1 and
+    clip_high > 0, with clip_low = 1 (a weight clipped below at 0, i.e. not at all) only where the algorithm
+    declares `no_lower_bound` (CISPO). ValueError otherwise."""
+    top = "<=" if algo.no_lower_bound else "<"
+    if not (0.0 < clip_low and (clip_low <= 1.0 if algo.no_lower_bound else clip_low < 1.0) and clip_high > 0.0):
+        raise ValueError(f"needs 0 < clip_low {top} 1 and clip_high > 0, got {clip_low}, {clip_high}")
+
+
 def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
                  ref_logp: Tensor | None, kl_beta: float, algo: Algorithm) -> None:
     """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss. The clip bounds are
-    the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), with clip_low = 1 (a weight clipped below at
-    0, i.e. not at all) only where the algorithm declares `no_lower_bound` (CISPO), as trainer/step/advantages.py
-    checks a config."""
+    the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), under `check_clip`'s rule."""
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
     for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
@@ -162,9 +169,7 @@ def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Te
     if advantages.shape not in allowed:
         want = " or ".join(str(tuple(shape)) for shape in allowed)
         raise ValueError(f"advantages must have shape {want}, got {tuple(advantages.shape)}")
-    top = "<=" if algo.no_lower_bound else "<"
-    if not (0.0 < clip_low and (clip_low <= 1.0 if algo.no_lower_bound else clip_low < 1.0) and clip_high > 0.0):
-        raise ValueError(f"need 0 < clip_low {top} 1 and clip_high > 0, got {clip_low}, {clip_high}")
+    check_clip(algo, clip_low, clip_high)
     if kl_beta < 0.0:
         raise ValueError(f"kl_beta must be >= 0, got {kl_beta}")
     if kl_beta != 0.0 and ref_logp is None:

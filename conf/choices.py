@@ -29,7 +29,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algo.correction.kind": CORRECTIONS,
     "algo.correction.level": CORRECTION_LEVELS,
     "model.dtype": ("float32", "bfloat16", "float16"),
-    "rollout.engine": ("hf", "vllm"),
     "rollout.dtype": ("auto", "bfloat16", "float16"),
     "rollout.sampler": ("lean", "generate"),
     "rollout.vllm_sync": ("auto", "load_weights", "reload"),

@@ -19,7 +19,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from gspo.conf.choices import check_choices, near_hint
+from gspo.conf.choices import check_choice, check_choices, near_hint
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists, check_flags, sweep_hint, unknown_key
 from gspo.conf.ranges import check_numbers
@@ -42,6 +42,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
             cfg = compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
         algorithms = _algorithm_names(cfg.hydra.runtime.config_sources)
         kinds = _task_kinds(cfg.hydra.runtime.config_sources)
+        engines = _engine_names(cfg.hydra.runtime.config_sources)
         with open_dict(cfg):
             del cfg["hydra"]
         OmegaConf.resolve(cfg)
@@ -54,7 +55,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
         raise GspoError(_one_line(e, overrides, command)) from None
     finally:
         GlobalHydra.instance().clear()
-    validate_config(cfg, algorithms, kinds)
+    validate_config(cfg, algorithms, kinds, engines)
     return cfg
 
 
@@ -78,6 +79,12 @@ def _task_kinds(sources=None) -> list[str]:
     """The `kind:` of every preset in the task group of the config sources (as `_algorithm_names`): the task
     kinds a config may name, each built by a task registered in gspo.trainer.tasks.registry."""
     return _preset_values("task", "kind", sources)
+
+
+def _engine_names(sources=None) -> list[str]:
+    """The `engine:` of every preset in the rollout group (as `_algorithm_names`): the engines a config may
+    name, each built by an engine registered in gspo.trainer.engines.registry."""
+    return _preset_values("rollout", "engine", sources)
 
 
 def _preset_values(group_name: str, key: str, sources=None) -> list[str]:
@@ -147,13 +154,16 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
             _check_keys(child, sub, f"{prefix}{key}.")
 
 
-def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_kinds: list[str] | None = None) -> None:
-    """Closed choices (`algorithms`, `task_kinds`: the names and kinds the algo and task presets declare; read
-    from Hydra when None), then every rule across fields: each raises a GspoError naming the key and the rule."""
+def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_kinds: list[str] | None = None,
+                    engines: list[str] | None = None) -> None:
+    """Closed choices (`algorithms`, `task_kinds`, `engines`: the names and kinds the algo, task and rollout
+    presets declare; read from Hydra when None), then every rule across fields: each raises a GspoError naming
+    the key and the rule. What an engine can do is asked of the engine, before a run (trainer/engines/registry.py)."""
     check_choices(cfg, algorithms if algorithms is not None else _algorithm_names(),
                   task_kinds if task_kinds is not None else _task_kinds())
+    check_choice("rollout.engine", cfg.rollout.engine, sorted(set(engines if engines is not None else _engine_names())))
     _check_run_location(cfg)
-    t, r = cfg.train, cfg.rollout
+    t = cfg.train
     check_numbers(cfg)  # each setting's own range (conf/ranges.py); each error names the one key out of range
     if cfg.task.max_digits < cfg.task.min_digits:
         raise GspoError(f"task.max_digits={cfg.task.max_digits} is below task.min_digits={cfg.task.min_digits}")
@@ -166,18 +176,12 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_k
     mb = n // t.minibatches
     if t.micro_batch_size is not None and mb % t.micro_batch_size:
         raise GspoError(f"train.micro_batch_size={t.micro_batch_size} does not divide the minibatch of {mb} sequences")
-    if cfg.model.lora.r > 0 and r.engine == "vllm":
-        raise GspoError("model.lora with rollout=vllm is not supported yet (vLLM would need the merged weights "
-                        "after every update): use rollout=hf")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
     replay = cfg.algo.routing_replay
     if replay != "none" and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
         raise GspoError(f"algo.routing_replay={replay} needs a Mixture-of-Experts model and the embedded model is dense: "
                         "use model=tiny-moe (or an MoE through model=hf)")
-    if replay == "rollout" and (cfg.rollout.engine != "hf" or cfg.rollout.sampler != "lean"):
-        raise GspoError("algo.routing_replay=rollout replays the experts the hf engine's lean sampler records while it "
-                        f"decodes: use rollout=hf rollout.sampler=lean (got {cfg.rollout.engine}, {cfg.rollout.sampler})")
     _check_paths(cfg)
 
 

@@ -24,18 +24,13 @@ from omegaconf import OmegaConf
 from gspo.conf.errors import GspoError
 from gspo.evals.arith import extract_answer, grade_arith
 from gspo.evals.benchmarks.livecodebench import MEMORY_MB, TIMEOUT_S, decode_tests, grade_code_response
+from gspo.evals.benchmarks.registry import BENCHMARK_NAMES, benchmark_grader
 from gspo.evals.benchmarks.types import Verdict
 from gspo.evals.graders.math import grade_math_batch
 from gspo.evals.parallel import parallel_map
 from gspo.evals.records import is_missing, read_records
 
 GRADERS = ("arith", "math", "code")
-# the grader of each benchmark's rows in eval_samples.jsonl (tests/cli/test_grade_cli.py keeps it in step with
-# the benchmark registry); None: not regradable from the file (CodeForces judges with the problem's own
-# checker and limits, which the row does not keep: `gspo eval` regrades it)
-BENCHMARK_GRADER: dict[str, str | None] = {
-    "arith": "arith", "aime24": "math", "aime25": "math", "livecodebench": "code", "codeforces": None,
-}
 
 SKIPPED = {
     "codeforces": "codeforces rows: judged with the problem's own checker and limits, which the row does not keep",
@@ -95,8 +90,8 @@ def _source(rec: dict, default: str, run_kind: str | None) -> tuple[str, str | N
     """(the row's source, its grader): its benchmark, its training task's grader, the run's task kind (a
     samples.jsonl row of an older run), else the command's own grader."""
     bench = rec.get("benchmark")
-    if isinstance(bench, str) and bench in BENCHMARK_GRADER:
-        return bench, BENCHMARK_GRADER[bench]
+    if isinstance(bench, str) and bench in BENCHMARK_NAMES:  # its grader is the one it registered with
+        return bench, benchmark_grader(bench)
     grader = rec.get("grader")
     if grader not in GRADERS and "completion" in rec:
         grader = run_kind

@@ -55,7 +55,7 @@ def _hf(cfg, model, tok, **kw):
 def _vllm(cfg, model, tok):
     from gspo.trainer.engines.vllm_engine import VLLMEngine
 
-    return VLLMEngine(cfg, model, tok)
+    return VLLMEngine(cfg, model, tok, want_logprobs=True)  # algo.old_logp_source=engine, as the hf arm
 
 
 def _timed(engine, prompts, repeats: int) -> dict:

@@ -6,9 +6,10 @@ run/       the run's records and watchdogs: run directory, loggers, progress bar
 model/     the model: loading, precision, LoRA adapters, the chunked log-prob forward
 parallel/  processes and shards: data parallelism, FSDP, MoE routing shared across ranks
 tasks/     training tasks: what a task is, the task registry, the code task
-engines/   rollout engines (hf, vLLM), what they return (`Rollout`), where old log-probs come from
+engines/   rollout engines: the Engine interface and its Capabilities, hf, vLLM, their registry, `Rollout`
 step/      one training step: sampling, scoring, advantages, the update, metric reduction, its context
-loop.py, evaluate.py, policy.py, coldstart.py, state.py: the recipe that composes the rooms into a run.
+loop.py, evaluate.py, policy.py, coldstart.py, state.py, preflight.py (every pre-run check, one pass): the
+recipe that composes the rooms into a run.
 
-The trainer may import algos, conf and evals; nothing below report/ and cli/ imports it back.
+The trainer may import algos, conf and evals; only report/ and cli/ import the trainer.
 """

@@ -40,7 +40,7 @@ from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
-from gspo.trainer.engines.registry import make_engine, require_engine
+from gspo.trainer.engines.registry import make_engine
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.model.logprobs import compile_body
@@ -49,7 +49,8 @@ from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import distributed, fsdp
 from gspo.trainer.parallel.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.parallel.moe import RoutingRecorder, find_routers
-from gspo.trainer.policy import checked_precision, load_policy
+from gspo.trainer.policy import load_policy
+from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.run.loggers import Loggers
@@ -64,7 +65,7 @@ from gspo.trainer.run.rundir import (
 )
 from gspo.trainer.run.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
-from gspo.trainer.step.advantages import check_algorithm, corrected, rollout_advantages
+from gspo.trainer.step.advantages import corrected, rollout_advantages
 from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.reduction import to_host
 from gspo.trainer.step.sampling import Sampled, format_prompts, sample_batch
@@ -78,18 +79,11 @@ def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     accept_weak(cfg.eval.weak_sandbox)  # before any code is graded (the task's probe, rewards, evals)
     task = build_task(cfg.task)  # bad data fails here, before anything is written
-    check_algorithm(cfg.algo, task)
     benches = load_benches(cfg)
     world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun
     clean = False
     try:
-        distributed.check_layout(cfg.train, world, cfg.rollout)
-        if world.size > 1 and cfg.algo.routing_replay == "rollout":
-            raise GspoError("algo.routing_replay=rollout (R3) runs in one process only for now; use one process, or "
-                            "algo.routing_replay=trainer (R2) with several")
-        fsdp.check(cfg, world)
-        precision_name = checked_precision(cfg, device)
-        require_engine(cfg.rollout)
+        precision_name = check_run(cfg, task, world, device)  # every component's rules, before anything is written
         cfg.run_id = distributed.broadcast(cfg.run_id or default_run_id(cfg.algo.name, cfg.seed), world)
         if world.main:
             run = RunDir.open(cfg.output_dir, cfg.run_id, resume=cfg.resume)

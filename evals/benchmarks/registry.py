@@ -16,20 +16,36 @@ from gspo.evals.benchmarks.codeforces import codeforces_benchmark
 from gspo.evals.benchmarks.livecodebench import livecodebench
 from gspo.evals.benchmarks.types import Benchmark
 
-_REGISTRY: dict[str, Callable[..., Benchmark]] = {
-    "arith": arith_benchmark,
-    "aime24": aime24,
-    "aime25": aime25,
-    "livecodebench": livecodebench,
-    "codeforces": codeforces_benchmark,
-}
-BENCHMARK_NAMES: list[str] = sorted(_REGISTRY)  # kept in step with the registry, in place
+_REGISTRY: dict[str, Callable[..., Benchmark]] = {}
+_GRADER: dict[str, str | None] = {}
+BENCHMARK_NAMES: list[str] = []  # kept in step with the registry, in place
 
 
-def register_benchmark(name: str, factory: Callable[..., Benchmark]) -> None:
-    """Make `load_benchmark(name, ...)` call `factory(path=..., limit=..., **options)`."""
+def register_benchmark(name: str, factory: Callable[..., Benchmark], *, grader: str | None = None) -> None:
+    """Make `load_benchmark(name, ...)` call `factory(path=..., limit=..., **options)`. `grader`: the grader
+    `gspo grade` regrades the benchmark's eval_samples.jsonl rows with (gspo.evals.regrade.GRADERS); None: not
+    regradable from the file (CodeForces judges with the problem's own checker and limits, which a row does not
+    keep: `gspo eval` regrades it)."""
     _REGISTRY[name] = factory
+    _GRADER[name] = grader
     BENCHMARK_NAMES[:] = sorted(_REGISTRY)
+
+
+def unregister_benchmark(name: str) -> None:
+    del _REGISTRY[name], _GRADER[name]
+    BENCHMARK_NAMES[:] = sorted(_REGISTRY)
+
+
+def benchmark_grader(name: str) -> str | None:
+    """The grader a registered benchmark's rows are regraded with (register_benchmark's `grader`)."""
+    return _GRADER[name]
+
+
+register_benchmark("arith", arith_benchmark, grader="arith")
+register_benchmark("aime24", aime24, grader="math")
+register_benchmark("aime25", aime25, grader="math")
+register_benchmark("livecodebench", livecodebench, grader="code")
+register_benchmark("codeforces", codeforces_benchmark, grader=None)
 
 
 def load_benchmark(name: str, *, path: str | None = None, limit: int | None = None, **options) -> Benchmark:

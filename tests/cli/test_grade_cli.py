@@ -136,13 +136,15 @@ def test_code_malformed_row_is_one_line_with_row_number(tmp_path, row, message):
     assert result.stderr.strip().count("\n") == 0
 
 
-def test_every_benchmark_names_its_grader():
-    """A new benchmark must say how `gspo grade` regrades its eval_samples.jsonl rows."""
+def test_every_benchmark_registers_a_grader_gspo_grade_has():
+    """The grader of a benchmark's rows is the one it registered with (one place), and one `gspo grade` runs."""
     from gspo.evals.benchmarks import BENCHMARK_NAMES
-    from gspo.evals.regrade import BENCHMARK_GRADER, GRADERS
+    from gspo.evals.benchmarks.registry import benchmark_grader
+    from gspo.evals.regrade import GRADERS
 
-    assert sorted(BENCHMARK_GRADER) == BENCHMARK_NAMES
-    assert {g for g in BENCHMARK_GRADER.values() if g is not None} <= set(GRADERS)
+    graders = {name: benchmark_grader(name) for name in BENCHMARK_NAMES}
+    assert graders["aime24"] == "math" and graders["codeforces"] is None  # CodeForces: its checker is not in the row
+    assert {g for g in graders.values() if g is not None} <= set(GRADERS)
 
 
 def test_rows_are_graded_by_their_own_benchmark_not_the_command(tmp_path):

@@ -133,9 +133,6 @@ def test_layouts_that_do_not_split_into_whole_groups_are_refused():
         check_layout(cfg.train, World(0, 4))
     with pytest.raises(GspoError, match=r"on_nonfinite=skip runs in one process only"):
         check_layout(compose_config([*TINY, "train.on_nonfinite=skip"]).train, World(1, 2))
-    vllm_tp = compose_config([*TINY, "rollout=vllm", "rollout.tensor_parallel_size=2"]).rollout
-    with pytest.raises(GspoError, match=r"^rollout.tensor_parallel_size=2 with 2 processes: .*colocated"):
-        check_layout(cfg.train, World(0, 2), vllm_tp)
     dynamic = compose_config([*TINY, "algo=dapo"])  # DAPO's dynamic sampling: one process only
     with pytest.raises(GspoError, match=r"^rollout.dynamic_sampling runs in one process only"):
         check_layout(dynamic.train, World(0, 2), dynamic.rollout)
@@ -172,7 +169,6 @@ def test_moe_routing_replay_on_two_processes_gives_the_one_process_step(gspo, tm
 
 @pytest.mark.parametrize("overrides, message", [
     ((), r"^train.fsdp=true shards the model across processes: launch it under torchrun"),
-    (("rollout=vllm",), r"^train.fsdp=true with rollout.engine=vllm"),
     (("model.lora.r=8",), r"^train.fsdp=true with LoRA"),
     (("train.precision=fp16",), r"^train.fsdp=true with train.precision=fp16"),
     (("model.dtype=bfloat16",), r"^train.fsdp=true with model.dtype=bfloat16"),

@@ -17,7 +17,8 @@ from gspo.trainer.model.precision import Precision
 from gspo.trainer.run.guards import NonFinite
 from gspo.trainer.run.rundir import read_jsonl
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.step.update import Batch, update
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.update import Batch, run_updates
 
 
 def _batch(advantages: list[float]) -> Batch:
@@ -41,8 +42,9 @@ def _model_and_optimizer(*overrides: str):
 def _update_with(bad: float, cfg, model, precision, optimizer, scheduler):
     # the shuffle with seed 0 puts sequences 0 and 1 in the first minibatch: a finite update, applied
     with pytest.raises(NonFinite, match=r"optim/grad_norm, loss/policy in update 2") as err:
-        update(model, optimizer, scheduler, _batch([1.0, -1.0, bad, 0.5]), precision=precision, algo=cfg.algo,
-               train=cfg.train, rollout=cfg.rollout, seed=0, undoable=cfg.train.on_nonfinite == "skip")
+        ctx = StepContext(cfg.algo, cfg.train, cfg.rollout, model=model, precision=precision, optimizer=optimizer,
+                          scheduler=scheduler)
+        run_updates(ctx, _batch([1.0, -1.0, bad, 0.5]), seed=0, undoable=cfg.train.on_nonfinite == "skip")
     return err.value
 
 

@@ -12,7 +12,8 @@ from gspo.trainer.model.logprobs import completion_logprobs
 from gspo.trainer.model.models import build_tiny_qwen3
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel.moe import RoutingRecorder, changed_decisions, find_routers, replay_gates
-from gspo.trainer.step.update import Batch, update
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.update import Batch, run_updates
 
 N, S, T = 8, 12, 5  # sequences, prompt + completion tokens, completion tokens
 
@@ -126,9 +127,9 @@ def test_update_first_minibatch_is_on_policy_and_routing_drifts_only_without_rep
     lengths = rollout.completion_mask.sum(-1).long().tolist()
     original, upd.policy_loss = upd.policy_loss, spy_loss
     try:
-        metrics = update(model, opt, sched, Batch(rollout, adv, old_logp, None, lengths, rec),
-                         precision=Precision(model, "fp32", torch.device("cpu")), algo=algo, train=train,
-                         rollout=sampling, seed=0)
+        ctx = StepContext(algo, train, sampling, model=model, precision=Precision(model, "fp32", torch.device("cpu")),
+                          optimizer=opt, scheduler=sched)
+        metrics = run_updates(ctx, Batch(rollout, adv, old_logp, None, lengths, rec), seed=0)
     finally:
         upd.policy_loss = original
     assert seen[0].abs().max() < 1e-5  # first minibatch: the policy is the old one, every ratio is 1

@@ -22,7 +22,9 @@ from gspo.trainer.model.models import build_tiny_qwen3
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel.distributed import World
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.step.update import Batch, micro_batches, to_host, update
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.reduction import to_host
+from gspo.trainer.step.update import Batch, micro_batches, run_updates
 
 N, P, T, V = 8, 3, 5, 13
 TOL = {"rel": 1e-5, "abs": 1e-6}  # float32 model and metrics
@@ -67,7 +69,7 @@ def _train(**kw):
 
 
 def _run(batch: Batch, algo, train, *, lr: float = 0.0, with_ref: bool = False, widths: list[int] | None = None):
-    """update() with plain SGD(lr) on a fresh model; returns (metrics, model, forward batch sizes); each
+    """run_updates with plain SGD(lr) on a fresh model; returns (metrics, model, forward batch sizes); each
     forward's width (columns) is appended to `widths` when given."""
     model = _model()
     sizes: list[int] = []
@@ -82,7 +84,8 @@ def _run(batch: Batch, algo, train, *, lr: float = 0.0, with_ref: bool = False, 
     opt = torch.optim.SGD(precision.master, lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
     b = batch if with_ref else dataclasses.replace(batch, ref_logp=None)
-    metrics = update(model, opt, sched, b, precision=precision, algo=algo, train=train, rollout=SAMPLING, seed=0)
+    ctx = StepContext(algo, train, SAMPLING, model=model, precision=precision, optimizer=opt, scheduler=sched)
+    metrics = run_updates(ctx, b, seed=0)
     return to_host(metrics), model, sizes
 
 
@@ -223,8 +226,9 @@ def test_epochs_and_minibatches_are_optimizer_steps(batch):
     opt = torch.optim.SGD(precision.master, lr=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
     b = Batch(batch.rollout, batch.advantages, batch.old_logp, None, LENGTHS)
-    metrics = to_host(update(model, opt, sched, b, precision=precision, algo=algo, train=_train(epochs=3, minibatches=2),
-                             rollout=SAMPLING, seed=7))
+    ctx = StepContext(algo, _train(epochs=3, minibatches=2), SAMPLING, model=model, precision=precision, optimizer=opt,
+                      scheduler=sched)
+    metrics = to_host(run_updates(ctx, b, seed=7))
     assert sched.last_epoch == 6
     gen = torch.Generator().manual_seed(7)
     orders = [torch.randperm(N, generator=gen).tolist() for _ in range(3)]
@@ -266,6 +270,6 @@ def test_update_reports_the_scheduled_lr(batch):
     train = _train(lr=0.1, steps=1, minibatches=2, lr_schedule="linear")  # 2 optimizer steps: factors 1, 0.5
     opt, sched = make_optimizer(precision.master, train)
     b = Batch(batch.rollout, batch.advantages, batch.old_logp, None, LENGTHS)
-    metrics = to_host(update(model, opt, sched, b, precision=precision, algo=_algo("grpo"), train=train,
-                             rollout=SAMPLING, seed=0))
+    ctx = StepContext(_algo("grpo"), train, SAMPLING, model=model, precision=precision, optimizer=opt, scheduler=sched)
+    metrics = to_host(run_updates(ctx, b, seed=0))
     assert metrics["optim/lr"] == pytest.approx(0.1 * (1 + 0.5) / 2, rel=1e-6)

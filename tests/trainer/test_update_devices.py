@@ -18,7 +18,10 @@ from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.models import build_tiny_qwen3
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.state import make_optimizer
-from gspo.trainer.step.update import Batch, score, to_host, update
+from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.reduction import to_host
+from gspo.trainer.step.scoring import score
+from gspo.trainer.step.update import Batch, run_updates
 
 P, T = 3, 4  # prompt and completion widths
 LENGTHS = [2, 4, 1, 3]  # completion lengths of the four sequences
@@ -57,8 +60,9 @@ def _run_update(model, cfg, rollout, advantages, *, old_logp=None, ref_logp=None
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     old = old_logp if old_logp is not None else torch.zeros_like(rollout.completion_mask)
     batch = Batch(rollout, advantages, old, ref_logp, LENGTHS)
-    return update(model, optimizer, scheduler, batch, precision=precision, algo=cfg.algo, train=cfg.train,
-                  rollout=cfg.rollout, seed=0)
+    ctx = StepContext(cfg.algo, cfg.train, cfg.rollout, model=model, precision=precision, optimizer=optimizer,
+                      scheduler=scheduler)
+    return run_updates(ctx, batch, seed=0)
 
 
 @pytest.mark.parametrize("algo", ["grpo", "gspo", "gspo_token"])

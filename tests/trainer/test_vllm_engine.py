@@ -338,7 +338,7 @@ def live():
     cfg = compose_config(["rollout=vllm", "algo.old_logp_source=engine", "rollout.temperature=0.8",
                           "rollout.max_new_tokens=12", "rollout.gpu_memory_utilization=0.3",
                           "rollout.vllm_dtype=float32"])
-    return cfg, model, tok, VLLMEngine(cfg, model, tok)
+    return cfg, model, tok, VLLMEngine(cfg, model, tok, want_logprobs=True)  # algo.old_logp_source=engine
 
 
 PROMPTS = ["12+3=", "7*8=", "100+23=", "5="] * 4

@@ -15,6 +15,7 @@ try:  # the cache layer a DynamicCache is made of (transformers >= 4.56)
 except ImportError:  # pragma: no cover - older transformers: the growing cache is used as it is
     DynamicLayer = None
 
+from gspo.trainer.engines.base import Capabilities
 from gspo.trainer.engines.rollout import (
     Rollout,
     RowSampler,
@@ -23,8 +24,26 @@ from gspo.trainer.engines.rollout import (
     eos_ids_of,
 )
 from gspo.trainer.model.logprobs import sampling_logits
+from gspo.trainer.model.models import DTYPES
 from gspo.trainer.parallel import fsdp
 from gspo.trainer.parallel.moe import DecodeRouting
+
+
+def capabilities(rollout) -> Capabilities:
+    """The lean sampler's log-probs are the trained model's own at its precision (rollout.dtype=auto), and it
+    records the experts each decoding step chose; both samplers run on the trained model itself, adapters,
+    shards and all."""
+    lean = rollout.sampler == "lean"
+    return Capabilities(logprobs=True, exact_logprobs=lean and rollout.dtype == "auto", records_routing=lean,
+                        lora=True, sharded_policy=True)
+
+
+def build(cfg, model, tokenizer, *, want_logprobs: bool) -> HFEngine:
+    r = cfg.rollout
+    return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                    batch_size=r.batch_size, want_logprobs=want_logprobs,
+                    autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler,
+                    record_routing=cfg.algo.routing_replay == "rollout")
 
 
 class HFEngine:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from gspo.trainer.engines.base import Capabilities
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel.moe import RoutingRecorder
@@ -17,14 +18,15 @@ SAMPLER = "sampler"  # the hf lean sampler's own, where they equal a trainer for
 FORWARD = "forward"  # a scoring forward of the trainer
 
 
-def old_logp_origin(algo, *, sampling=None, precision: Precision | None = None, rollout: Rollout | None = None,
+def old_logp_origin(algo, *, engine: Capabilities | None = None, precision: Precision | None = None, rollout: Rollout | None = None,
                     routing: RoutingRecorder | None = None) -> str:
     """ENGINE, SAMPLER or FORWARD. Before a batch is sampled (no `rollout`), only ENGINE is knowable: it says
-    whether the engine must return its log-probs. SAMPLER (algo.old_logp_source=auto) needs the batch: the
-    lean hf sampler on the trained model, sampling and scoring both in fp32, and no MoE routers to record."""
+    whether the engine must return its log-probs. SAMPLER (algo.old_logp_source=auto) needs the batch: an
+    engine whose log-probs are the trained model's own (`exact_logprobs`: the hf lean sampler), sampling and
+    scoring both in fp32, and no MoE routers to record. `engine`: the engine's capabilities."""
     if algo.old_logp_source == "engine":
         return ENGINE
     exact = (algo.old_logp_source == "auto" and rollout is not None and rollout.engine_entropy is not None
-             and sampling.engine == "hf" and sampling.sampler == "lean" and sampling.dtype == "auto"
+             and engine.exact_logprobs
              and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
     return SAMPLER if exact else FORWARD

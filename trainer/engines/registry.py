@@ -1,42 +1,66 @@
-"""Pick the rollout engine named by `rollout.engine`. Every engine has `generate(prompts, *, seed,
-greedy=False, max_new_tokens=None) -> Rollout`, a `tokenizer`, and `sync_weights(model)`, called after
-each update so that the next rollout samples from the current policy."""
+"""The engines the trainer can build, registered by name (`rollout.engine`), and the pre-run rules each
+asks of an engine's capabilities (engines/base.py): never of its name."""
 
 from __future__ import annotations
 
-import importlib.util
-
 from gspo.conf.errors import GspoError
-from gspo.trainer.engines import vllm_engine
-from gspo.trainer.engines.hf_engine import HFEngine
+from gspo.trainer.engines import hf_engine, vllm_engine
+from gspo.trainer.engines.base import Capabilities, EngineKind
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
-from gspo.trainer.model.models import DTYPES
+from gspo.trainer.parallel.distributed import World
+
+ENGINES: dict[str, EngineKind] = {}
 
 
-def require_engine(sampling) -> None:
-    """Fail before a run starts when the configured engine's library is missing, or the platform it runs on
-    cannot honour its options (vLLM's sleep mode on the CPU build, ...); `sampling`: cfg.rollout."""
-    if sampling.engine != "vllm":
-        return
-    if importlib.util.find_spec("vllm") is None:
-        raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
-    try:
-        vllm_engine.check_platform(sampling)
-    except ImportError as e:
-        raise GspoError(f"rollout=vllm: vLLM is installed but does not import ({e})") from None
+def register_engine(kind: EngineKind) -> EngineKind:
+    ENGINES[kind.name] = kind
+    return kind
+
+
+def engine_kind(name: str) -> EngineKind:
+    if name not in ENGINES:
+        raise GspoError(f"rollout.engine={name!r}: use one of {', '.join(sorted(ENGINES))}")
+    return ENGINES[name]
+
+
+def capabilities_of(rollout) -> Capabilities:
+    """What the engine `rollout` (cfg.rollout) names does under its settings."""
+    return engine_kind(rollout.engine).capabilities(rollout)
+
+
+register_engine(EngineKind("hf", build=hf_engine.build, capabilities=hf_engine.capabilities))
+register_engine(EngineKind("vllm", build=vllm_engine.build, capabilities=vllm_engine.capabilities,
+                           require=vllm_engine.require))
 
 
 def make_engine(cfg, model, tokenizer):
+    """The engine `cfg.rollout.engine` names, returning its log-probs when the loss takes the engine's own."""
+    return engine_kind(cfg.rollout.engine).build(cfg, model, tokenizer,
+                                                 want_logprobs=old_logp_origin(cfg.algo) == ENGINE)
+
+
+def check_engine(cfg, world: World = World()) -> None:
+    """Fail before a run starts, in one line, when the configured engine cannot do what the config asks of it
+    (its capabilities), or its library is missing or its platform cannot honour its options."""
     r = cfg.rollout
-    if r.engine == "hf":
-        return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                        batch_size=r.batch_size, want_logprobs=old_logp_origin(cfg.algo) == ENGINE,
-                        autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler,
-                        record_routing=cfg.algo.routing_replay == "rollout")
-    if r.engine == "vllm":
-        try:
-            engine_class = vllm_engine.VLLMEngine  # resolved on first use: imports vLLM
-        except ImportError as e:
-            raise GspoError(f"rollout=vllm needs vLLM: pip install 'gspo[vllm]' ({e})") from None
-        return engine_class(cfg, model, tokenizer)
-    raise GspoError(f"rollout.engine={r.engine!r}: use hf or vllm")
+    kind = engine_kind(r.engine)
+    can: Capabilities = kind.capabilities(r)
+    if cfg.model.lora.r > 0 and not can.lora:
+        raise GspoError(f"model.lora with rollout={r.engine} is not supported yet (the engine would need the merged "
+                        f"weights after every update): use rollout={_able('lora', r)}")
+    if cfg.algo.routing_replay == "rollout" and not can.records_routing:
+        raise GspoError("algo.routing_replay=rollout replays the experts the engine records while it decodes, and "
+                        f"rollout={r.engine} with rollout.sampler={r.sampler} records none: use rollout=hf "
+                        "rollout.sampler=lean")
+    if cfg.train.fsdp and not can.sharded_policy:
+        raise GspoError(f"train.fsdp=true with rollout.engine={r.engine}: the engine needs the whole weights every "
+                        f"step; use rollout={_able('sharded_policy', r)} with train.fsdp")
+    if world.size > 1 and can.tensor_parallel and r.tensor_parallel_size > 1:
+        raise GspoError(f"rollout.tensor_parallel_size={r.tensor_parallel_size} with {world.size} processes: "
+                        "under torchrun each rank runs its own colocated engine; use tensor_parallel_size=1")
+    kind.require(r)
+
+
+def _able(capability: str, rollout) -> str:
+    """The registered engines that have `capability` under `rollout`'s other settings, as a rollout= choice."""
+    return " or rollout=".join(n for n, k in ENGINES.items() if getattr(k.capabilities(rollout), capability))

@@ -46,7 +46,7 @@ V0 engine (VLLM_USE_V1=0, vLLM < 0.11) always returned processed ones. Greedy ca
 log-probs and return `engine_logp=None`.
 
 `VLLMEngine` is resolved lazily (PEP 562 `__getattr__` at the bottom): `from gspo.trainer.engines.vllm_engine
-import VLLMEngine` raises ImportError when vLLM is missing, which `make_engine` turns into a one-line
+import VLLMEngine` raises ImportError when vLLM is missing, which `build` turns into a one-line
 GspoError, while the pure helpers here (outputs -> Rollout, sampling arguments, version rules) import
 and are tested without vLLM.
 """
@@ -68,7 +68,7 @@ from pathlib import Path
 import torch
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
+from gspo.trainer.engines.base import Capabilities
 from gspo.trainer.engines.rollout import Rollout, completion_mask_from_eos, eos_ids_of
 
 PROCESSED_LOGPROBS_SINCE = (0, 10, 2)  # first vLLM whose LLM(...) takes logprobs_mode="processed_logprobs"
@@ -370,12 +370,12 @@ class _RestoredProcessState:
 class _VLLMEngine:
     """Sampling with vLLM, colocated with the trainer; exported as `VLLMEngine` (see the module doc)."""
 
-    def __init__(self, cfg, model, tokenizer):
+    def __init__(self, cfg, model, tokenizer, *, want_logprobs: bool):
         vllm = _import_vllm()
         r = cfg.rollout
         self.tokenizer = tokenizer
         self.temperature, self.top_p, self.max_new_tokens = r.temperature, r.top_p, r.max_new_tokens
-        self.batch_size, self.want_logprobs = r.batch_size, old_logp_origin(cfg.algo) == ENGINE
+        self.batch_size, self.want_logprobs = r.batch_size, want_logprobs
         self.eos_ids = eos_ids_of(model, tokenizer)
         extra = logprob_engine_kwargs(vllm.__version__, temperature=r.temperature,
                                       v0_engine=os.environ.get("VLLM_USE_V1") == "0") if self.want_logprobs else {}
@@ -439,6 +439,31 @@ def colocated_kwargs() -> dict:
     external_launcher executor (what TRL's colocate mode uses) takes the world torchrun set up instead of
     starting workers of its own. Tensor parallelism across ranks is refused (trainer/parallel/distributed.py)."""
     return {"distributed_executor_backend": "external_launcher"} if int(os.environ.get("WORLD_SIZE", 1)) > 1 else {}
+
+
+def capabilities(rollout) -> Capabilities:
+    """vLLM returns its own log-probs (its kernels, its precision: never the trainer's exactly), shards its copy
+    over rollout.tensor_parallel_size GPUs, and needs the whole merged weights every step (no LoRA, no FSDP)."""
+    return Capabilities(logprobs=True, tensor_parallel=True)
+
+
+def require(rollout) -> None:
+    """Fail before a run starts when vLLM is missing, or the platform it runs on cannot honour its options
+    (sleep mode on the CPU build, ...); `rollout`: cfg.rollout."""
+    if importlib.util.find_spec("vllm") is None:
+        raise GspoError("rollout=vllm needs vLLM, which is not installed: pip install 'gspo[vllm]' (or use rollout=hf)")
+    try:
+        check_platform(rollout)
+    except ImportError as e:
+        raise GspoError(f"rollout=vllm: vLLM is installed but does not import ({e})") from None
+
+
+def build(cfg, model, tokenizer, *, want_logprobs: bool):
+    try:
+        _import_vllm()
+    except ImportError as e:
+        raise GspoError(f"rollout=vllm needs vLLM: pip install 'gspo[vllm]' ({e})") from None
+    return _VLLMEngine(cfg, model, tokenizer, want_logprobs=want_logprobs)
 
 
 def __getattr__(name: str):

@@ -109,9 +109,6 @@ def check_layout(train, world: World, sampling=None) -> None:  # sampling: cfg.r
     on several ranks), before anything is written."""
     if world.size == 1:
         return
-    if sampling is not None and sampling.engine == "vllm" and sampling.tensor_parallel_size > 1:
-        raise GspoError(f"rollout.tensor_parallel_size={sampling.tensor_parallel_size} with {world.size} processes: "
-                        "under torchrun each rank runs its own colocated vLLM engine; use tensor_parallel_size=1")
     b = train.prompts_per_step
     if world.size > b:
         raise GspoError(f"{world.size} processes but train.prompts_per_step={b} groups: each rank needs at least one "

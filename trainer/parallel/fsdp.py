@@ -54,9 +54,6 @@ def check(cfg, world) -> None:
     if world.size < 2:
         raise GspoError("train.fsdp=true shards the model across processes: launch it under torchrun with at least "
                         "2 (torchrun --nproc-per-node N -m gspo.cli.main train ...)")
-    if cfg.rollout.engine != "hf":
-        raise GspoError("train.fsdp=true with rollout.engine=vllm: a vLLM engine needs the whole weights every step; "
-                        "use rollout=hf with train.fsdp")
     if cfg.model.lora.r > 0:
         raise GspoError("train.fsdp=true with LoRA (model.lora.r > 0): the adapters are small enough for plain data "
                         "parallelism; use train.fsdp=false")

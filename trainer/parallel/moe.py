@@ -35,7 +35,9 @@ import torch
 from torch import Tensor, nn
 
 from gspo.algos.metrics import LOAD_MAX, ROUTING_CHANGED
+from gspo.conf.errors import GspoError
 from gspo.trainer.parallel import distributed
+from gspo.trainer.parallel.distributed import World
 
 
 def find_routers(model: nn.Module) -> list[nn.Module]:
@@ -61,6 +63,13 @@ def changed_decisions(current: Tensor, recorded: Tensor) -> Tensor:
 
 SOURCES = ("trainer", "rollout")  # R2: the old policy's scoring forward; R3: the sampler's decoding
 
+
+
+def check_replay(algo, world: World) -> None:
+    """Routing Replay from the rollout (R3) reads the experts one process's sampler recorded: one process only."""
+    if world.size > 1 and algo.routing_replay == "rollout":
+        raise GspoError("algo.routing_replay=rollout (R3) runs in one process only for now; use one process, or "
+                        "algo.routing_replay=trainer (R2) with several")
 
 class DecodeRouting:
     """The experts every router of `model` chose during one decoding (the hf engine's lean loop): the prefill

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from gspo.algos import correction_weights, estimate, get, get_estimator
+from gspo.algos.registry import check_clip
 from gspo.conf.errors import GspoError
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.rollout import Rollout
@@ -32,9 +33,11 @@ def check_algorithm(algo, task: Task) -> None:
         spec.make_options(dict(algo.options))
     except (TypeError, ValueError) as e:
         raise GspoError(f"algo.options: {e}") from None
-    if algo.clip_low >= 1 and not spec.no_lower_bound:
-        raise GspoError(f"algo.clip_low={algo.clip_low}: {algo.name} needs clip_low < 1 (only a weight's clip, as "
-                        "cispo's, may drop its lower bound)")
+    try:
+        check_clip(spec, algo.clip_low, algo.clip_high)
+    except ValueError as e:
+        raise GspoError(f"algo.clip_low={algo.clip_low}: {algo.name} {e} (only a weight's clip, as cispo's, may drop "
+                        "its lower bound)") from None
     if estimator.per_token and not spec.token_advantages:
         raise GspoError(f"algo.advantage={algo.advantage} gives per-token advantages, which {algo.name} does not take: "
                         "use algo=gspo_token_step (GSPO-token)")

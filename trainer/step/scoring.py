@@ -12,6 +12,7 @@ from contextlib import nullcontext
 import torch
 
 from gspo.trainer.engines.logp_origin import SAMPLER, old_logp_origin
+from gspo.trainer.engines.registry import capabilities_of
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.logprobs import completion_logprobs
 from gspo.trainer.model.lora import adapters_disabled
@@ -26,7 +27,7 @@ def old_logprobs(ctx: StepContext, rollout: Rollout):
     """(old log-probs, entropy, reference log-probs or None) [N, T] of a rollout batch, before its updates:
     the sampler's own where they are the old policy's to fp tolerance (SAMPLER), else a scoring forward
     (which records the MoE routing for replay); the reference model's when there is one."""
-    origin = old_logp_origin(ctx.algo, sampling=ctx.sampling, precision=ctx.precision, rollout=rollout,
+    origin = old_logp_origin(ctx.algo, engine=capabilities_of(ctx.sampling), precision=ctx.precision, rollout=rollout,
                              routing=ctx.routing)
     if origin == SAMPLER:
         old_logp, entropy = rollout.engine_logp, rollout.engine_entropy

@@ -28,17 +28,12 @@ from gspo.algos.metrics import CLIP, GRAD_NORM, LR, RATIO, reductions, section
 from gspo.algos.registry import SUM
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.logprobs import completion_logprobs
-from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import distributed, fsdp
 from gspo.trainer.parallel.distributed import World
 from gspo.trainer.parallel.moe import RoutingRecorder
 from gspo.trainer.run.guards import NonFinite
 from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.reduction import MetricSums, reduce_metrics, to_host
-from gspo.trainer.step.scoring import score
-
-__all__ = ["UPDATE_METRICS", "Batch", "micro_batches", "run_updates", "score", "to_host", "update"]  # score, to_host:
-# where the update's tests have always imported them from
 
 # The update's own metrics, reduced like the algorithm's: means over the updates of a step.
 UPDATE_METRICS = reductions((GRAD_NORM, LR))
@@ -71,15 +66,6 @@ class _Pass:
     kinds: dict[str, str]
     per_update: list[dict[str, torch.Tensor]] = field(default_factory=list)
     used: list[tuple] = field(default_factory=list)
-
-
-def update(model, optimizer, scheduler, batch: Batch, *, precision: Precision, algo, train, rollout,
-           seed: int, undoable: bool = False, world: World = World()) -> dict[str, torch.Tensor]:
-    """`run_updates` from the parts of a context: the form the update's tests call
-    (`rollout`: the config's rollout node, the context's `sampling`)."""
-    ctx = StepContext(algo, train, rollout, model=model, precision=precision, optimizer=optimizer,
-                      scheduler=scheduler, world=world)
-    return run_updates(ctx, batch, seed=seed, undoable=undoable)
 
 
 def run_updates(ctx: StepContext, batch: Batch, *, seed: int, undoable: bool = False) -> dict[str, torch.Tensor]:
