@@ -40,7 +40,7 @@ from .common import (
 from .registry import register
 
 
-@register("gmpo", metrics=STANDARD_METRICS)
+@register("gmpo", metrics=STANDARD_METRICS, ratio="geometric")
 def gmpo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GMPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     log_ratio = x.log_ratio()  # [N, T], 0 on padding

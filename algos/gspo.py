@@ -39,7 +39,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo", metrics=STANDARD_METRICS)
+@register("gspo", metrics=STANDARD_METRICS, ratio="geometric")
 def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     log_ratio = x.log_ratio()  # [N, T], 0 on padding

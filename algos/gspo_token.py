@@ -40,7 +40,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True)
+@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio="geometric")
 def gspo_token_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N, T] or [N]."""
     adv = x.advantages if x.advantages.dim() == 2 else spread_to_tokens(x.advantages, x.mask)  # [N, T]

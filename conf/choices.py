@@ -17,8 +17,8 @@ from gspo.conf.errors import GspoError
 
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")  # GRPO's algo.options.aggregation
 ADVANTAGES = ("group", "step")  # advantage estimators registered in gspo.algos.advantages
-CORRECTIONS = ("none", "tis", "mis")  # gspo.algos.corrections.KINDS
-CORRECTION_LEVELS = ("token", "sequence")  # gspo.algos.corrections.LEVELS
+CORRECTIONS = ("none", "tis", "mis", "mask", "geo_rs")  # gspo.algos.corrections.KINDS
+CORRECTION_LEVELS = ("auto", "token", "sequence", "geometric")  # auto: resolved by the trainer  # gspo.algos.corrections.LEVELS
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "algo.advantage": ADVANTAGES,

@@ -50,7 +50,7 @@ def test_the_config_vocabulary_is_the_registries():
     from gspo.conf.compose import _algorithm_names
 
     assert CONF_AGGREGATIONS == AGGREGATIONS and ADVANTAGES == tuple(ESTIMATORS)
-    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, LEVELS)
+    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, ("auto", *LEVELS))  # auto: resolved by the trainer
     assert set(_algorithm_names()) == set(available())
 
 
