@@ -42,7 +42,7 @@ def test_unknown_preset_from_the_command_line_is_one_line_and_writes_nothing(gsp
 
 
 def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
-    """preset=mismatch on TINY, one seed, one step: six runs (2 algorithms x no correction, TIS, MIS on engine
+    """preset=mismatch on TINY, one seed, one step: eight runs (2 algorithms x no correction, TIS, MIS, Geo-RS on engine
     log-probs from a bf16 sampler), tagged with the preset's swept keys, and a report of them."""
     result = gspo.subprocess("compare", "preset=mismatch", *TINY, "seed=0", "train.steps=1", "train.eval_every=0",
                              "logger.progress=false", f"output_dir={tmp_path / 'runs'}", "hydra.sweep.dir=sw",
@@ -51,7 +51,7 @@ def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
     cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in sorted((tmp_path / "runs").iterdir())]
     arms = {(c["algo"]["name"], c["algo"]["correction"]["kind"], c["algo"]["old_logp_source"], c["rollout"]["dtype"])
             for c in cfgs}
-    assert arms == {(a, k, "engine", "bfloat16") for a in ("grpo", "gspo") for k in ("none", "tis", "mis")}
+    assert arms == {(a, k, "engine", "bfloat16") for a in ("grpo", "gspo") for k in ("none", "tis", "mis", "geo_rs")}
     assert all(any(t.startswith("algo.correction.kind=") for t in c["logger"]["tags"]) for c in cfgs)
     report = (tmp_path / "sw" / "report" / "report.md").read_text()
     assert "gspo compare preset=mismatch" in report
