@@ -105,3 +105,20 @@ def test_overlong_penalty_reaches_the_rewards_the_advantages_see(engine):
     assert any(w < 0 for w in want), "some completion must run into the buffer"
     torch.testing.assert_close(got.rewards - got.task_rewards, torch.tensor(want), atol=1e-6, rtol=0)
     assert got.metrics["reward/overlong_penalty"] == pytest.approx(sum(want) / len(want), abs=1e-6)
+
+
+def test_the_filter_reads_correctness_so_all_right_groups_of_unequal_length_are_dropped(engine):
+    # every answer right (reward 1), the overlong ramp over the last half of 12 tokens: the shaped rewards of a
+    # group differ by length, its task rewards do not. DAPO (sec. 3.2) and verl filter on accuracy: all dropped.
+    task = make_task(lambda text, gold: 1.0)
+    c = conf("rollout.dynamic_sampling=true", "rollout.max_draws=2", "rollout.overlong_buffer=0.5")
+    got = sample_batch(STEP, c, engine, task, torch.device("cpu"), World())
+    shaped = got.rewards.view(B, G)
+    assert (shaped.amax(-1) > shaped.amin(-1)).any(), "some group's lengths must differ inside the buffer"
+    assert got.metrics["sampling/groups_kept"] == 0.0 and got.metrics["sampling/groups_dropped"] == 8.0
+    assert got.metrics["sampling/groups_refilled"] == 4.0  # the batch keeps its shape with dropped groups
+    assert torch.equal(got.task_rewards, torch.ones(B * G))
+    # shaping comes after the filter: the refilled batch's rewards are its task rewards plus its own penalty
+    lengths = got.rollout.completion_mask.sum(-1).tolist()
+    want = [1.0 + min(0.0, max(-1.0, (6 - n) / 6)) for n in lengths]
+    torch.testing.assert_close(got.rewards, torch.tensor(want), atol=1e-6, rtol=0)
