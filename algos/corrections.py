@@ -38,7 +38,13 @@ import torch
 from torch import Tensor
 
 from .common import MAX_LOG_RATIO, masked_mean, masked_sum, spread_to_tokens, token_log_ratio, valid_tokens
-from .metrics import CORRECTION_APPLIED, CORRECTION_MASKED, CORRECTION_MAX, CORRECTION_MEAN, CORRECTION_TRUNCATED
+from .metrics import (
+    CORRECTION_APPLIED,
+    CORRECTION_MASKED,
+    CORRECTION_MAX,
+    CORRECTION_MEAN,
+    CORRECTION_TRUNCATED,
+)
 
 KINDS = ("none", "tis", "mis", "mask", "geo_rs")
 LEVELS = ("token", "sequence", "geometric")

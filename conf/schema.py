@@ -13,7 +13,6 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-
 # Each correction level's default bounds (cap, low, high), used where algo.correction.cap / low / high are unset.
 # The levels' scales differ by orders of magnitude, so one set of numbers cannot act at all three:
 CORRECTION_BOUNDS: dict[str, tuple[float, float, float]] = {
