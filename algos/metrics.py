@@ -127,6 +127,8 @@ KL_OLD = declare(Metric("policy/kl_old", "k3 KL(pi_old || pi) over the update's 
                         "KL to the old policy (k3)", LOG, NONNEG, short="KL to the old policy"))
 KL_REF = declare(Metric("policy/kl_ref", "k3 KL(pi || pi_ref) to the frozen initial model (kl_beta > 0 or a reference)",
                         TOKEN_MEAN, "KL to the reference (k3)", LOG, NONNEG))
+OPSM_MASKED = declare(Metric("clip/opsm_masked_frac", "share of sequences OPSM drops (A < 0 and mean log(pi_old / pi) "
+                             "above delta; algo=opsm)", SEQ_MEAN, "OPSM masked sequences", LINEAR, UNIT))
 LOSS_POLICY = declare(Metric("loss/policy", "the policy term of the loss (-J), summed over a minibatch's micro-batches",
                              SUM, "policy loss"))
 

@@ -178,6 +178,9 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_k
     if replay == "rollout" and (cfg.rollout.engine != "hf" or cfg.rollout.sampler != "lean"):
         raise GspoError("algo.routing_replay=rollout replays the experts the hf engine's lean sampler records while it "
                         f"decodes: use rollout=hf rollout.sampler=lean (got {cfg.rollout.engine}, {cfg.rollout.sampler})")
+    if cfg.algo.adv_scale == "mean" and r.overlong_buffer:
+        raise GspoError("algo.adv_scale=mean (MaxRL) divides by the group's mean reward, which the overlong penalty "
+                        "can make 0 or negative: set rollout.overlong_buffer=0")
     _check_paths(cfg)
 
 

@@ -37,13 +37,13 @@ class CorrectionConfig:
 @dataclass
 class AlgoConfig:
     name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
-    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only)
-    clip_high: float = MISSING  # ratio may rise to 1 + clip_high
+    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only; dppo_tv / dppo_kl: the divergence threshold for A <= 0, as verl reads it)
+    clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so 5 caps at 6, where TRL's epsilon_high=5 caps at 5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
     options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
-    advantage: str = "group"  # estimator: group (one value per sequence) or step (per scratchpad step, per token; gspo_token)
+    advantage: str = "group"  # estimator: group (one value per sequence), step (per scratchpad step, per token; gspo_token) or gdpo (each reward component normalised in its group, summed, batch-normalised; GDPO)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
-    adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
+    adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO); mean: (r - mean) / mean (MaxRL; rewards in [0, 1])
     old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
     routing_replay: str = "none"  # MoE only: none; trainer (R2, GSPO paper sec. 4.3): the old policy's experts from its scoring forward, replayed in the update's; rollout (R3, arXiv 2510.11370): the experts the hf sampler chose while decoding, replayed in the old-log-prob and update forwards
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # mismatch correction of engine log-probs (TIS / MIS / mask / Geo-RS)

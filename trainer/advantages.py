@@ -51,19 +51,34 @@ def check_algorithm(algo, task: Task) -> None:
     if c.kind == "geo_rs" and c.level not in ("auto", "geometric"):
         raise GspoError(f"algo.correction.kind=geo_rs masks by the geometric-mean ratio: algo.correction.level="
                         f"{c.level} cannot apply (use auto or geometric)")
+    if estimator.needs_components and not task.has_components:
+        raise GspoError(f"algo.advantage={algo.advantage} normalises each reward component apart, and task "
+                        f"{task.name} has one reward (task=arith gives correctness and format)")
+    if algo.adv_scale == "mean" and (estimator.per_token or estimator.needs_components):
+        raise GspoError(f"algo.adv_scale=mean (MaxRL) applies to algo.advantage=group, not {algo.advantage}")
     if estimator.needs_steps and not task.has_steps:
         raise GspoError(f"algo.advantage={algo.advantage} needs a task whose worked steps are graded "
                         f"(task=arith); task {task.name} grades whole answers")
 
 
 def rollout_advantages(algo, rewards: Tensor, group_size: int, *, task: Task, prompts: list[str],
-                       rollout: Rollout, tokenizer) -> Tensor:
-    """[N] or [N, T] advantages of a rollout batch (prompts: the task's raw prompts, one per completion)."""
-    steps = None
-    if get_estimator(algo.advantage).needs_steps:
+                       rollout: Rollout, tokenizer, golds: list[str] | None = None,
+                       task_rewards: Tensor | None = None) -> Tensor:
+    """[N] or [N, T] advantages of a rollout batch (prompts: the task's raw prompts, one per completion; golds and
+    the unshaped task_rewards: for an estimator that reads the reward's components, where a shaping penalty
+    (rewards - task_rewards) is one more component)."""
+    steps = components = None
+    estimator = get_estimator(algo.advantage)
+    if estimator.needs_steps:
         graded = task.steps(prompts, rollout.texts)
         steps = step_tensors(graded, rollout, tokenizer)
-    return estimate(algo.advantage, rewards, group_size, eps=algo.adv_eps, scale=algo.adv_scale, steps=steps)
+    if estimator.needs_components:
+        components = torch.tensor(task.components(rollout.texts, golds), dtype=rewards.dtype,
+                                  device=rewards.device)  # [N, K]
+        if task_rewards is not None and not torch.equal(rewards, task_rewards):
+            components = torch.cat([components, (rewards - task_rewards).unsqueeze(-1)], dim=-1)
+    return estimate(algo.advantage, rewards, group_size, eps=algo.adv_eps, scale=algo.adv_scale, steps=steps,
+                    components=components)
 
 
 def step_tensors(graded: list[list[tuple[int, float]]], rollout: Rollout, tokenizer) -> tuple[Tensor, Tensor]:

@@ -311,7 +311,8 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
     try:
         check_finite("reward", rewards)
         advantages = rollout_advantages(algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
-                                        rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
+                                        rollout=rollout, tokenizer=engine.tokenizer, golds=golds,
+                                        task_rewards=sampled.task_rewards)  # [N], or [N, T] per token
         old_logp, entropy, ref_logp = old_logprobs(ctx, rollout)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         prompt = rollout.attention_mask[:, : rollout.input_ids.shape[1] - rollout.n_completion]
