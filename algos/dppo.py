@@ -93,7 +93,11 @@ def _probs(x: LossInputs) -> tuple[Tensor, Tensor]:
     return torch.exp(logp), torch.exp(old)
 
 
-@register("dppo_tv", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True)
+@register("dppo_tv", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
+    "ratio      token probabilities p = pi, q = pi_old (not their ratio) for the mask; r = p / q for the weight\n"
+    "mask       keep_it = (p - q <= {clip_high}) if A_it > 0, (p - q >= -{clip_low}) if A_it <= 0:\n"
+    "           clip_low / clip_high are total-variation thresholds, as verl reads them, not a ratio band\n"
+    "objective  J_it = keep_it sg(min(r_it, {tis_cap})) A_it log pi_it"))
 def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """DPPO Binary-TV loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     p, q = _probs(x)
@@ -104,7 +108,11 @@ def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str) -> tuple[Te
     return _dppo(x, keep, beyond, tis_cap, aggregation)
 
 
-@register("dppo_kl", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True)
+@register("dppo_kl", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
+    "ratio      token probabilities p = pi, q = pi_old (not their ratio) for the mask; r = p / q for the weight\n"
+    "mask       D = q log(q/p) + (1-q) log((1-q)/(1-p)); keep_it = D <= {clip_high} or p <= q if A_it > 0,\n"
+    "           D <= {clip_low} or p >= q if A_it <= 0: Bernoulli-KL thresholds, as verl reads clip_low / clip_high\n"
+    "objective  J_it = keep_it sg(min(r_it, {tis_cap})) A_it log pi_it"))
 def dppo_kl_loss(x: LossInputs, *, tis_cap: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """DPPO Binary-KL loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     p, q = _probs(x)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .common import STANDARD_METRICS
-from .grpo import GrpoOptions, grpo_loss
+from .grpo import GRPO_CARD, GrpoOptions, grpo_loss
 from .registry import register
 
 
@@ -27,4 +27,5 @@ class GdpoOptions(GrpoOptions):
     """GRPO's aggregation options; default seq_mean_token_mean (the paper builds on GRPO)."""
 
 
-register("gdpo", options=GdpoOptions, metrics=STANDARD_METRICS, token_advantages=True)(grpo_loss)
+register("gdpo", options=GdpoOptions, metrics=STANDARD_METRICS, token_advantages=True,
+         card=GRPO_CARD)(grpo_loss)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .common import STANDARD_METRICS
-from .grpo import GrpoOptions, grpo_loss
+from .grpo import GRPO_CARD, GrpoOptions, grpo_loss
 from .registry import register
 
 
@@ -25,4 +25,5 @@ class MaxrlOptions(GrpoOptions):
     """GRPO's aggregation options; default seq_mean_token_mean (the GRPO form MaxRL's experiments keep)."""
 
 
-register("maxrl", options=MaxrlOptions, metrics=STANDARD_METRICS, token_advantages=True)(grpo_loss)
+register("maxrl", options=MaxrlOptions, metrics=STANDARD_METRICS, token_advantages=True,
+         card=GRPO_CARD)(grpo_loss)

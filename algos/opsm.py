@@ -59,7 +59,10 @@ def opsm_mask(x: LossInputs, delta: float) -> Tensor:
     return ~((x.advantages < 0) & (drift > delta))
 
 
-@register("opsm", options=OpsmOptions, metrics={**STANDARD_METRICS, **reductions((OPSM_MASKED,))})
+@register("opsm", options=OpsmOptions, metrics={**STANDARD_METRICS, **reductions((OPSM_MASKED,))}, card=(
+    "ratio      token: r_it = exp(logp_it - old_logp_it)\n"
+    "mask       M_i = 0 if A_i < 0 and 1/|y_i| sum_t (old_logp_it - sg[logp_it]) > {delta}, else 1\n"
+    "objective  J_it = M_i min(r_it A_i, clip(r_it, {lo}, {hi}) A_i)"))
 def opsm_loss(x: LossInputs, *, delta: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """OPSM loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     reduce_tokens = x.reducer(aggregation)

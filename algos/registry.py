@@ -50,6 +50,9 @@ class Algorithm:
     no_lower_bound: bool = False  # clip_low = 1 is allowed: a clip bound on a weight, 1 meaning none (CISPO)
     ratio: str = "token"  # its importance ratio: token (one per token) or geometric (one per sequence, the
     #                       geometric mean of the token ratios: GSPO, GSPO-token, GMPO); a correction's level follows it
+    card: str = ""  # its ratio and objective for `gspo explain`, a format string: {lo} = 1 - clip_low, {hi} =
+    #                 1 + clip_high, {clip_low}, {clip_high}, {exp_lo} = e^-clip_low, {exp_hi} = e^clip_high, its options
+    aggregation: str = ""  # its fixed token reduction where it has no aggregation option (seq_mean: 1/N sum_i J_i)
 
     def make_options(self, values: Mapping[str, Any]) -> Any:
         """The options dataclass from config values: TypeError naming an unknown option and the known ones,
@@ -68,7 +71,8 @@ RATIOS = ("token", "geometric")
 
 
 def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str], token_advantages: bool = False,
-             no_lower_bound: bool = False, ratio: str = "token") -> Callable[[LossFn], LossFn]:
+             no_lower_bound: bool = False, ratio: str = "token", card: str = "",
+             aggregation: str = "") -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
     def decorator(fn: LossFn) -> LossFn:
@@ -90,7 +94,8 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         bad = {k: v for k, v in metrics.items() if v not in REDUCTIONS}
         if bad:
             raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
-        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound, ratio)
+        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound, ratio, card,
+                                aggregation)
         return fn
 
     return decorator

@@ -56,7 +56,16 @@ from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.reduction import to_host
 from gspo.trainer.rollout import Rollout
-from gspo.trainer.rundir import SET_ASIDE, RunDir, checkpoint_step, default_run_id, missing_steps, read_jsonl
+from gspo.trainer.explain import estimator_card
+from gspo.trainer.rundir import (
+    SET_ASIDE,
+    RunDir,
+    atomic_write_text,
+    checkpoint_step,
+    default_run_id,
+    missing_steps,
+    read_jsonl,
+)
 from gspo.trainer.sampling import Sampled, format_prompts, sample_batch
 from gspo.trainer.scoring import ENGINE, old_logp_origin, old_logprobs
 from gspo.trainer.seeds import step_seed
@@ -176,6 +185,7 @@ def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unr
             f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
             "those steps again as it redoes them")
     run.write_config(config_to_yaml(cfg))
+    atomic_write_text(run.path / "estimator.txt", estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
                    **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
 
