@@ -46,6 +46,7 @@ from gspo.trainer.context import StepContext
 from gspo.trainer.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.engines import make_engine, require_engine
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
+from gspo.trainer.explain import estimator_card
 from gspo.trainer.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.loggers import Loggers
 from gspo.trainer.logprobs import compile_body
@@ -56,7 +57,6 @@ from gspo.trainer.precision import Precision
 from gspo.trainer.progress import Progress
 from gspo.trainer.reduction import to_host
 from gspo.trainer.rollout import Rollout
-from gspo.trainer.explain import estimator_card
 from gspo.trainer.rundir import (
     SET_ASIDE,
     RunDir,
