@@ -51,3 +51,17 @@ def test_a_bad_override_is_one_line(gspo_env):
 def test_each_run_writes_the_card_of_its_config(gspo, finished_run):
     card = explain(gspo, *TINY, f"seed={LEARNING_SEED}", "train.steps=2")
     assert (finished_run / "estimator.txt").read_text() == card
+
+
+def test_every_algo_preset_has_a_card():
+    from importlib import resources
+
+    from gspo.conf import compose_config
+    from gspo.trainer.explain import estimator_card
+
+    presets = sorted(p.name.removesuffix(".yaml") for p in resources.files("gspo.conf").joinpath("algo").iterdir()
+                     if p.name.endswith(".yaml"))
+    for preset in presets:
+        moe = ["model=tiny-moe"] if preset == "grpo_replay" else []  # Routing Replay needs an MoE model
+        card = estimator_card(compose_config([f"algo={preset}", *moe]))
+        assert card.startswith("estimator  ") and "objective  " in card and "{" not in card, preset
