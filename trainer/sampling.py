@@ -5,7 +5,7 @@
   accuracy filter, as verl's, on the task's reward before any shaping) teaches nothing. Such groups are dropped
   and more prompts drawn, round k of a step from (seed, step, k) and sampled with its own
   seed, until train.prompts_per_step groups are kept or `rollout.max_draws` rounds are spent. A batch still
-  short is completed with the first dropped groups (advantage 0, as without the option), so every batch has
+  short is completed with the first dropped groups (unshaped: advantage 0), so every batch has
   its configured shape. Logged: sampling/groups_drawn, sampling/groups_kept (informative groups in the
   batch), sampling/groups_dropped, sampling/draws (rounds) and sampling/groups_refilled (dropped groups put
   back to complete a short batch).
@@ -85,7 +85,7 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
             break
     refill = dropped[: B - n_kept]
     batch = _join([*kept, *((part, [g]) for part, g in refill)], conf.train.group_size, engine.tokenizer.pad_token_id)
-    batch = _shaped(batch, sampling)
+    batch = _shaped(batch, sampling, n_rows=n_kept * conf.train.group_size)  # refilled groups: unshaped, advantage 0
     batch.metrics = {GROUPS_DRAWN: float(draws * B), GROUPS_KEPT: float(n_kept),
                      GROUPS_DROPPED: float(len(dropped)), DRAWS: float(draws),
                      GROUPS_REFILLED: float(len(refill)), **batch.metrics}
@@ -112,12 +112,16 @@ def _draw(step: int, k: int, conf, engine, task: Task, device: torch.device, wor
     return Sampled(items, prompts, rollout, rewards, rewards, {}, times)
 
 
-def _shaped(batch: Sampled, sampling) -> Sampled:
-    """The batch with the overlong penalty added to its rewards (the advantages' input) and its metric."""
+def _shaped(batch: Sampled, sampling, n_rows: int | None = None) -> Sampled:
+    """The batch with the overlong penalty added to its rewards (the advantages' input) and its metric; with
+    `n_rows`, to its first n_rows only (the kept groups: a dropped group put back to fill the batch keeps its
+    equal task rewards, so its advantage stays 0 rather than a length signal)."""
     if not sampling.overlong_buffer:
         return batch
     lengths = batch.rollout.completion_mask.sum(-1)  # [N]
     penalty = overlong_penalty(lengths, max_len=sampling.max_new_tokens, buffer=sampling.overlong_buffer)
+    if n_rows is not None:
+        penalty[n_rows:] = 0.0
     batch.rewards = batch.task_rewards + penalty.to(batch.task_rewards.dtype)
     batch.metrics = {**batch.metrics, OVERLONG_PENALTY: penalty.mean().item()}
     return batch
