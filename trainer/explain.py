@@ -34,7 +34,8 @@ def estimator_card(cfg, *, world_size: int = 1) -> str:
                **{k: _num(v) if isinstance(v, float) else v for k, v in options.items()}}
     lines = [f"estimator  {algo.name}: the update's loss = -J + {_num(algo.kl_beta)} KL (k3, to the initial model; "
              f"reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
-    lines += spec.card.format(**numbers).splitlines()
+    lines += spec.card.format(**numbers).splitlines() if spec.card else [
+        f"objective  not declared: {algo.name} registers no card (gspo.algos.register(..., card=...))"]
     lines += _advantage(cfg)
     lines += _aggregation(cfg, options.get("aggregation") or spec.aggregation, world_size)
     lines += _policies(cfg)
@@ -81,9 +82,10 @@ def _aggregation(cfg, aggregation: str, world_size: int) -> list[str]:
     n_mb = n_batch // t.minibatches
     micro = t.micro_batch_size or -(-n_mb // world_size)
     n_micro = -(-n_mb // micro)
-    norm = NORMALISERS[aggregation].format(max_len=cfg.rollout.max_new_tokens)
+    norm = NORMALISERS.get(aggregation, "its own (the algorithm declares no aggregation)").format(
+        max_len=cfg.rollout.max_new_tokens)
     return [
-        f"aggregate  {aggregation}: J = {norm}",
+        f"aggregate  {aggregation or 'undeclared'}: J = {norm}",
         f"batches    rollout batch {t.prompts_per_step} prompts x {t.group_size} = {n_batch} sequences, split into "
         f"{t.minibatches} minibatches of N = {n_mb}; x {t.epochs} epoch(s) = {t.minibatches * t.epochs} optimizer "
         f"steps per rollout batch" + ("; on-policy: every ratio is 1 (GRPO and GSPO give the same gradient)"
