@@ -1,5 +1,5 @@
-"""Policy losses of the GRPO family (GRPO, DAPO, Dr. GRPO, GSPO, GSPO-token, GMPO, CISPO, SAPO) and
-group-relative advantages: pure tensor math.
+"""Policy losses of the GRPO family (GRPO, DAPO, Dr. GRPO, GSPO, GSPO-token, GMPO, CISPO, SAPO; and of 2026:
+DPPO Binary-TV / Binary-KL, OPSM, MaxRL, GDPO) and group-relative advantages: pure tensor math.
 
     from gspo.algos import policy_loss, group_advantages
     adv = group_advantages(rewards, group_size=G)                       # [N]
@@ -15,12 +15,26 @@ tensors, each declared once in the catalogue (metrics.py: name, meaning, reducti
 This package imports nothing else of gspo's.
 """
 
-from . import cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo  # noqa: F401  (each module registers its algorithm)
+from . import (  # noqa: F401  (each module registers its algorithm)
+    cispo,
+    dapo,
+    dppo,
+    dr_grpo,
+    gdpo,
+    gmpo,
+    grpo,
+    gspo,
+    gspo_token,
+    maxrl,
+    opsm,
+    sapo,
+)
 from .advantages import (
     ESTIMATORS,
     constant_groups,
     estimate,
     frac_zero_std_groups,
+    gdpo_advantages,
     get_estimator,
     group_advantages,
     step_advantages,
@@ -44,6 +58,7 @@ __all__ = [
     "correction_weights",
     "estimate",
     "frac_zero_std_groups",
+    "gdpo_advantages",
     "get",
     "get_estimator",
     "group_advantages",

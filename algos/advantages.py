@@ -9,11 +9,16 @@ Departures and choices:
 - A group whose rewards are all equal gets exactly 0, never rounding noise (mean of [0.1] * 3 is not
   exactly 0.1) and never NaN; `frac_zero_std_groups` reports how many such groups a batch had.
 - scale="none" skips the std division (Dr. GRPO, arXiv 2503.20783): A_i = r_i - mean.
+- scale="mean" divides by the group mean instead (MaxRL, arXiv 2602.02710): A_i = (r_i - mean) / mean, for
+  rewards in [0, 1] (a success rate: the gradient of log of the pass probability). The mean is bounded below by
+  eps, so a group of negative rewards cannot flip or blow up its sign (the trainer refuses the combination with
+  rewards below 0, such as the overlong penalty).
 - G < 2 is rejected: a group of one has no baseline and no sample std.
 
 Estimators, by the name `algo.advantage` gives (ESTIMATORS): "group" (the above, one value per
-sequence) and "step" (`step_advantages`: per-token credit from graded scratchpad steps, for algorithms
-that take token advantages, i.e. GSPO-token).
+sequence), "step" (`step_advantages`: per-token credit from graded scratchpad steps, for algorithms
+that take token advantages, i.e. GSPO-token) and "gdpo" (`gdpo_advantages`: several reward components, each
+normalised within its group, summed, then normalised over the batch; GDPO, arXiv 2601.05242).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-SCALES = ("std", "none")
+SCALES = ("std", "none", "mean")
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -55,7 +60,7 @@ def constant_groups(rewards: Tensor, group_size: int) -> Tensor:
 def group_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = "std") -> Tensor:
     """Group-normalised advantages, same shape as `rewards` ([N] group-major, or [B, G]).
 
-    scale: "std" (GRPO/GSPO, Bessel std) or "none" (Dr. GRPO, mean-centred only).
+    scale: "std" (GRPO/GSPO, Bessel std), "none" (Dr. GRPO, mean-centred only) or "mean" (MaxRL).
     """
     if scale not in SCALES:
         raise ValueError(f"unknown advantage scale {scale!r}; known: {', '.join(SCALES)}")
@@ -67,6 +72,9 @@ def group_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, sca
         std = grouped.std(dim=-1, keepdim=True, correction=1)
         # A_i = (r_i - mean) / (std + eps)
         adv = adv / (std + eps)
+    elif scale == "mean":
+        # A_i = (r_i - mean) / mean   (MaxRL; the mean bounded below by eps)
+        adv = adv / grouped.mean(dim=-1, keepdim=True).clamp(min=eps)
     # Equal rewards carry no signal: exactly 0
     adv = torch.where(_constant_groups(grouped).unsqueeze(-1), torch.zeros_like(adv), adv)
     return adv.reshape(rewards.shape)
@@ -92,8 +100,8 @@ def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *,
     so a token carries the credit of its own step and of every later one; tokens after the last step
     end get 0. A group whose step rewards are all equal gets exactly 0, as in `group_advantages`.
     """
-    if scale not in SCALES:
-        raise ValueError(f"unknown advantage scale {scale!r}; known: {', '.join(SCALES)}")
+    if scale not in ("std", "none"):
+        raise ValueError(f"advantage scale {scale!r} does not apply to step rewards; known: std, none")
     if step_rewards.shape != step_ends.shape or step_rewards.dim() != 2:
         raise ValueError(f"step_rewards and step_ends must both be [N, T], got {tuple(step_rewards.shape)} "
                          f"and {tuple(step_ends.shape)}")
@@ -116,10 +124,37 @@ def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *,
     return normed.flip(-1).cumsum(-1).flip(-1)
 
 
+def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = "std") -> Tensor:
+    """GDPO's multi-reward advantages [N] (Liu et al. 2026, "GDPO: Group reward-Decoupled Normalization Policy
+    Optimization", arXiv 2601.05242; TRL's multi_objective_aggregation="normalize_then_sum").
+
+    components: [N, K], reward component k of completion i, N = B * G in group-major order. Then
+
+        A_i^k = (r_i^k - mean_group(r^k)) / (std_group(r^k) + eps)      (each component in its own group)
+        S_i   = sum_k A_i^k
+        A_i   = (S_i - mean_batch(S)) / (std_batch(S) + eps)            (over the whole batch)
+
+    so a component whose scale or variance differs cannot drown the others, as it does when the rewards are
+    summed before one normalisation. Bessel std throughout, as `group_advantages`; a component constant in a
+    group gives that group 0 for it. scale="none" skips the per-group std division (the batch step stays).
+    """
+    if scale not in ("std", "none"):
+        raise ValueError(f"advantage scale {scale!r} does not apply to GDPO; known: std, none")
+    if components.dim() != 2:
+        raise ValueError(f"reward components must be [N, K], got shape {tuple(components.shape)}")
+    per = torch.stack([group_advantages(components[:, k], group_size, eps=eps, scale=scale)
+                       for k in range(components.shape[1])], dim=-1)  # [N, K]
+    # S_i = sum_k A_i^k
+    total = per.sum(dim=-1)
+    # A_i = (S_i - mean_batch(S)) / (std_batch(S) + eps); a batch of equal sums: exactly 0
+    adv = (total - total.mean()) / (total.std(correction=1) + eps)
+    return torch.where(total.amax() == total.amin(), torch.zeros_like(adv), adv)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The estimator registry: `algo.advantage` names one.
 
-EstimatorFn = Callable[..., Tensor]  # (rewards [N], group_size, *, eps, scale, steps) -> [N] or [N, T]
+EstimatorFn = Callable[..., Tensor]  # (rewards [N], group_size, *, eps, scale, steps, components) -> [N] or [N, T]
 
 
 @dataclass(frozen=True)
@@ -127,21 +162,29 @@ class Estimator:
     fn: EstimatorFn
     per_token: bool  # gives [N, T] (only algorithms that take token advantages can use it)
     needs_steps: bool  # reads graded steps: (step_rewards, step_ends), [N, T] each, from the task
+    needs_components: bool = False  # reads the reward's components, [N, K], from the task
 
 
-def _group(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None) -> Tensor:
+def _group(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None, components=None) -> Tensor:
     return group_advantages(rewards, group_size, eps=eps, scale=scale)
 
 
-def _step(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None) -> Tensor:
+def _step(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None, components=None) -> Tensor:
     if steps is None:
         raise ValueError("the step estimator needs graded steps (step_rewards, step_ends), [N, T] each")
     return step_advantages(*steps, group_size, eps=eps, scale=scale)
 
 
+def _gdpo(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None, components=None) -> Tensor:
+    if components is None:
+        raise ValueError("the gdpo estimator needs the reward's components, [N, K]")
+    return gdpo_advantages(components, group_size, eps=eps, scale=scale)
+
+
 ESTIMATORS: dict[str, Estimator] = {
     "group": Estimator(_group, per_token=False, needs_steps=False),
     "step": Estimator(_step, per_token=True, needs_steps=True),
+    "gdpo": Estimator(_gdpo, per_token=False, needs_steps=False, needs_components=True),
 }
 
 
@@ -152,6 +195,6 @@ def get_estimator(name: str) -> Estimator:
 
 
 def estimate(name: str, rewards: Tensor, group_size: int, *, eps: float, scale: str,
-             steps: tuple[Tensor, Tensor] | None = None) -> Tensor:
-    """Advantages by the estimator registered as `name`: [N] ("group") or [N, T] ("step")."""
-    return get_estimator(name).fn(rewards, group_size, eps=eps, scale=scale, steps=steps)
+             steps: tuple[Tensor, Tensor] | None = None, components: Tensor | None = None) -> Tensor:
+    """Advantages by the estimator registered as `name`: [N] ("group", "gdpo") or [N, T] ("step")."""
+    return get_estimator(name).fn(rewards, group_size, eps=eps, scale=scale, steps=steps, components=components)

@@ -44,7 +44,10 @@ class CispoOptions:
         check_aggregation(self.aggregation)
 
 
-@register("cispo", options=CispoOptions, metrics=STANDARD_METRICS, token_advantages=True, no_lower_bound=True)
+@register("cispo", options=CispoOptions, metrics=STANDARD_METRICS, token_advantages=True, no_lower_bound=True, card=(
+    "ratio      token, as a detached weight: w_it = sg(clip(r_it, {lo}, {hi})), r_it = exp(logp_it - old_logp_it)\n"
+    "objective  J_it = w_it A_i log pi_it: every token keeps its gradient; the cap is 1 + clip_high = {hi}\n"
+    "           (TRL's epsilon_high is the cap itself: TRL's epsilon_high={hi} equals this clip_high={clip_high})"))
 def cispo_loss(x: LossInputs, *, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     reduce_tokens = x.reducer(aggregation)

@@ -1,23 +1,35 @@
 """Corrections for the training-inference mismatch: the sampler's log-probs pi_s (engine log-probs, in the
 sampler's own precision) against the trainer's recomputed old-policy log-probs pi_old.
 
-    token level:     rho_it = pi_old(y_it) / pi_s(y_it) = exp(old_logp_it - engine_logp_it)
-    sequence level:  rho_i  = exp(1/|y_i| sum_t (old_logp_it - engine_logp_it))   (the geometric mean, so a
-                     sequence's weight keeps GSPO's length normalisation)
-    TIS (truncated importance sampling; Yao et al. 2025, "Your efficient RL framework secretly brings you
-         off-policy RL training"):      c = min(rho, cap)
-    MIS (masked importance sampling; IcePop, Ling team 2025): c = 1 if low <= rho <= high else 0
+    token level:      rho_it = pi_old(y_it) / pi_s(y_it) = exp(d_it),   d_it = old_logp_it - engine_logp_it
+    sequence level:   rho_i  = prod_t rho_it = exp(sum_t d_it)           (the product: TRL's sequence_* modes,
+                      verl's rollout_is=sequence; the likelihood ratio of the whole response)
+    geometric level:  rho_i  = exp(1/|y_i| sum_t d_it)                  (the geometric mean, length-normalised
+                      like GSPO's s_i; verl's rollout_rs=geometric)
+
+    tis    (truncated IS; Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+            training"):                           c = min(rho, cap)
+    mis    (masked IS as IcePop, Ling team 2025, arXiv 2510.18855; TRL's *_mask modes):
+                                                  c = rho if low <= rho <= high else 0
+    mask   (a bare 0/1 mask, another estimator: the ratio dropped inside the band):
+                                                  c = 1   if low <= rho <= high else 0
+    geo_rs (geometric rejection sampling, Geo-RS; verl's decoupled_geo_rs): `mask` at the geometric level,
+            a sequence kept (weight 1) only if its geometric-mean ratio lies in [low, high]
 
 Each token's (sequence's) policy-gradient term is multiplied by sg(c). The trainer applies c to the
 advantages: c >= 0 is a constant of the update, and c * min(r A, clip(r) A) = min(r cA, clip(r) cA), which
 holds as well for CISPO's and SAPO's token terms and for GSPO's and GMPO's sequence terms. So a
 sequence-level correction fits every algorithm and a token-level one every token-level objective.
 Departures and choices:
+- The three levels have scales orders of magnitude apart (a geometric mean of ratios 1 +- 1e-3 is
+  1 +- 1e-3 while their product over 64 tokens can be 0.9 or 1.1), so each level has its own default bounds
+  (conf/schema.py CORRECTION_BOUNDS; token and sequence: cap 2, band [0.5, 2], verl's rollout_is_threshold
+  and its reciprocal; geometric: cap and band 1.001 / [0.999, 1.001], verl's decoupled_geo_rs).
 - The log-weight is bounded above by MAX_LOG_RATIO (10) before exp(), as every ratio here.
-- Defaults (conf/schema.py): cap 2 (the TIS authors' example), band [0.5, 2] (symmetric in log space).
 - Metrics, over valid tokens (a sequence's weight counts once per token): correction/weight_mean and
-  correction/weight_max of rho, the weights before truncation or masking, and correction/truncated_frac
-  (TIS: rho above the cap) or correction/masked_frac (MIS: rho outside the band).
+  correction/weight_max of rho, the ratios before truncation or masking; correction/applied_mean of c, the
+  weights the terms got; correction/truncated_frac (tis: rho above the cap) or correction/masked_frac (mis,
+  mask, geo_rs: rho outside the band).
 """
 
 from __future__ import annotations
@@ -25,45 +37,70 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import MAX_LOG_RATIO, masked_mean, seq_log_ratio, spread_to_tokens, token_log_ratio, valid_tokens
-from .metrics import CORRECTION_MASKED, CORRECTION_MAX, CORRECTION_MEAN, CORRECTION_TRUNCATED
+from .common import MAX_LOG_RATIO, masked_mean, masked_sum, spread_to_tokens, token_log_ratio, valid_tokens
+from .metrics import (
+    CORRECTION_APPLIED,
+    CORRECTION_MASKED,
+    CORRECTION_MAX,
+    CORRECTION_MEAN,
+    CORRECTION_TRUNCATED,
+)
 
-KINDS = ("none", "tis", "mis")
-LEVELS = ("token", "sequence")
+KINDS = ("none", "tis", "mis", "mask", "geo_rs")
+LEVELS = ("token", "sequence", "geometric")
+MASKING = ("mis", "mask", "geo_rs")  # kinds that zero the terms whose ratio leaves the band
+
+
+def log_rho(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, level: str) -> Tensor:
+    """log rho, detached: [N, T] at token level (0 on padding), [N] at sequence or geometric level."""
+    d = token_log_ratio(old_logp, engine_logp, mask).detach()  # [N, T], 0 on padding
+    if level == "token":
+        return d
+    # log rho_i = sum_t d_it   (the product of the token ratios)
+    total = masked_sum(d, mask, dim=-1)  # [N]
+    if level == "sequence":
+        return total
+    # log rho_i = 1/|y_i| sum_t d_it   (their geometric mean)
+    return total / mask.sum(dim=-1).clamp(min=1.0)
 
 
 def correction_weights(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, kind: str, level: str,
                        cap: float, low: float, high: float) -> tuple[Tensor, dict[str, Tensor]]:
-    """(c, metrics): c [N, T] at token level, [N] at sequence level, detached; metrics 0-dim, detached.
+    """(c, metrics): c [N, T] at token level, [N] at sequence or geometric level, detached; metrics 0-dim.
 
-    old_logp, engine_logp, mask: [N, T]. kind "none" gives c = 1 and no metrics.
+    old_logp, engine_logp, mask: [N, T]. kind "none" gives c = 1 and no metrics; geo_rs needs level geometric.
     """
     if kind not in KINDS or level not in LEVELS:
         raise ValueError(f"unknown correction {kind!r} at level {level!r}; known: {', '.join(KINDS)} at "
                          f"{', '.join(LEVELS)}")
+    if kind == "geo_rs" and level != "geometric":
+        raise ValueError(f"geo_rs masks by the geometric-mean ratio: level must be geometric, got {level!r}")
     if not (cap > 0 and 0 <= low <= 1 <= high):
         raise ValueError(f"need cap > 0 and low <= 1 <= high, got cap {cap}, band [{low}, {high}]")
-    log_rho = token_log_ratio(old_logp, engine_logp, mask).detach()  # [N, T], 0 on padding
-    if level == "sequence":
-        # log rho_i = 1/|y_i| sum_t (old_logp_it - engine_logp_it)
-        log_rho = seq_log_ratio(log_rho, mask)  # [N]
-    rho = torch.exp(log_rho.clamp(max=MAX_LOG_RATIO))
+    rho = torch.exp(log_rho(old_logp=old_logp, engine_logp=engine_logp, mask=mask, level=level)
+                    .clamp(max=MAX_LOG_RATIO))
     if kind == "none":
         return torch.ones_like(rho), {}
-    per_token = rho if level == "token" else spread_to_tokens(rho, mask)  # [N, T]
-    valid = valid_tokens(mask)
-    metrics = {
-        CORRECTION_MEAN: masked_mean(per_token, mask),
-        CORRECTION_MAX: torch.where(valid, per_token, torch.zeros_like(per_token)).amax(),
-    }
     if kind == "tis":
         # c = min(rho, cap)
         weights = rho.clamp(max=cap)
-        metrics[CORRECTION_TRUNCATED] = masked_mean((per_token > cap).to(mask.dtype), mask)
+        cut = rho > cap
     else:
-        # c = 1 inside [low, high], 0 outside
         inside = (rho >= low) & (rho <= high)
-        weights = inside.to(rho.dtype)
-        outside = ~(inside if level == "token" else spread_to_tokens(inside, mask))
-        metrics[CORRECTION_MASKED] = masked_mean(outside.to(mask.dtype), mask)
-    return weights, metrics
+        # mis: c = rho 1[low <= rho <= high];  mask, geo_rs: c = 1[low <= rho <= high]
+        kept = rho if kind == "mis" else torch.ones_like(rho)
+        weights = torch.where(inside, kept, torch.zeros_like(rho))
+        cut = ~inside
+    return weights, _metrics(rho, weights, cut, mask, truncated=kind == "tis")
+
+
+def _metrics(rho: Tensor, weights: Tensor, cut: Tensor, mask: Tensor, *, truncated: bool) -> dict[str, Tensor]:
+    """Per-token means of rho and c, the largest rho and the share truncated (tis) or masked (the others)."""
+    per_token = (lambda x: x) if rho.dim() == 2 else (lambda x: spread_to_tokens(x, mask))  # [N, T]
+    valid = valid_tokens(mask)
+    return {
+        CORRECTION_MEAN: masked_mean(per_token(rho), mask),
+        CORRECTION_MAX: torch.where(valid, per_token(rho), torch.zeros_like(mask)).amax(),
+        CORRECTION_APPLIED: masked_mean(per_token(weights), mask),
+        (CORRECTION_TRUNCATED if truncated else CORRECTION_MASKED): masked_mean(per_token(cut).to(mask.dtype), mask),
+    }

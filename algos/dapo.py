@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .common import STANDARD_METRICS, TOKEN_MEAN
-from .grpo import GrpoOptions, grpo_loss
+from .grpo import GRPO_CARD, GrpoOptions, grpo_loss
 from .registry import register
 
 
@@ -24,4 +24,5 @@ class DapoOptions(GrpoOptions):
     aggregation: str = TOKEN_MEAN  # the paper's token-level 1/sum_i |y_i| (sec. 3.3); GRPO's others allowed
 
 
-register("dapo", options=DapoOptions, metrics=STANDARD_METRICS, token_advantages=True)(grpo_loss)
+register("dapo", options=DapoOptions, metrics=STANDARD_METRICS, token_advantages=True,
+         card=GRPO_CARD)(grpo_loss)

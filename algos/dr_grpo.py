@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .common import SEQ_MEAN_TOKEN_SUM_NORM, STANDARD_METRICS
-from .grpo import GrpoOptions, grpo_loss
+from .grpo import GRPO_CARD, GrpoOptions, grpo_loss
 from .registry import register
 
 
@@ -24,4 +24,5 @@ class DrGrpoOptions(GrpoOptions):
     aggregation: str = SEQ_MEAN_TOKEN_SUM_NORM  # 1/max_len, the constant normaliser (paper, sec. 3)
 
 
-register("dr_grpo", options=DrGrpoOptions, metrics=STANDARD_METRICS, token_advantages=True)(grpo_loss)
+register("dr_grpo", options=DrGrpoOptions, metrics=STANDARD_METRICS, token_advantages=True,
+         card=GRPO_CARD)(grpo_loss)

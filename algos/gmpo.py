@@ -40,7 +40,10 @@ from .common import (
 from .registry import register
 
 
-@register("gmpo", metrics=STANDARD_METRICS)
+@register("gmpo", metrics=STANDARD_METRICS, ratio="geometric", aggregation="seq_mean", card=(
+    "ratio      sequence, the geometric mean of token ratios each clipped in LOG space, sign-aware by A_i:\n"
+    "           l~_it = min(l_it, clip(l_it, -{clip_low}, {clip_high})) if A_i > 0, max(...) if A_i < 0 (ratios {exp_lo} .. {exp_hi})\n"
+    "objective  J_i = A_i exp(1/|y_i| sum_t l~_it): a clipped token has no gradient"))
 def gmpo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GMPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     log_ratio = x.log_ratio()  # [N, T], 0 on padding

@@ -41,6 +41,9 @@ from .common import (
 )
 from .registry import register
 
+GRPO_CARD = ("ratio      token: r_it = exp(logp_it - old_logp_it), the log-ratio bounded above by 10\n"
+             "objective  J_it = min(r_it A_i, clip(r_it, {lo}, {hi}) A_i): a clipped token has no gradient")
+
 
 @dataclass(frozen=True)
 class GrpoOptions:
@@ -50,7 +53,7 @@ class GrpoOptions:
         check_aggregation(self.aggregation)
 
 
-@register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS, token_advantages=True)
+@register("grpo", options=GrpoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=GRPO_CARD)
 def grpo_loss(x: LossInputs, *, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     reduce_tokens = x.reducer(aggregation)

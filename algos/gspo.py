@@ -39,7 +39,10 @@ from .common import (
 from .registry import register
 
 
-@register("gspo", metrics=STANDARD_METRICS)
+@register("gspo", metrics=STANDARD_METRICS, ratio="geometric", aggregation="seq_mean", card=(
+    "ratio      sequence, the geometric mean of the token ratios: s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it)),\n"
+    "           log s_i bounded above by 10\n"
+    "objective  J_i = min(s_i A_i, clip(s_i, {lo}, {hi}) A_i): one weight per sequence, never weighted by its length"))
 def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
     log_ratio = x.log_ratio()  # [N, T], 0 on padding

@@ -40,7 +40,11 @@ from .common import (
 from .registry import register
 
 
-@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True)
+@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio="geometric",
+          aggregation="seq_mean_token_mean", card=(
+    "ratio      sequence geometric mean with token gradients: s_it = sg[s_i] pi_it / sg[pi_it],\n"
+    "           s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))\n"
+    "objective  J_it = min(s_it A_it, clip(s_it, {lo}, {hi}) A_it)"))
 def gspo_token_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO-token loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N, T] or [N]."""
     adv = x.advantages if x.advantages.dim() == 2 else spread_to_tokens(x.advantages, x.mask)  # [N, T]

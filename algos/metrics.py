@@ -127,6 +127,8 @@ KL_OLD = declare(Metric("policy/kl_old", "k3 KL(pi_old || pi) over the update's 
                         "KL to the old policy (k3)", LOG, NONNEG, short="KL to the old policy"))
 KL_REF = declare(Metric("policy/kl_ref", "k3 KL(pi || pi_ref) to the frozen initial model (kl_beta > 0 or a reference)",
                         TOKEN_MEAN, "KL to the reference (k3)", LOG, NONNEG))
+OPSM_MASKED = declare(Metric("clip/opsm_masked_frac", "share of sequences OPSM drops (A < 0 and mean log(pi_old / pi) "
+                             "above delta; algo=opsm)", SEQ_MEAN, "OPSM masked sequences", LINEAR, UNIT))
 LOSS_POLICY = declare(Metric("loss/policy", "the policy term of the loss (-J), summed over a minibatch's micro-batches",
                              SUM, "policy loss"))
 
@@ -204,14 +206,17 @@ MISMATCH_TOKEN_OOB = declare(Metric("mismatch/token_out_of_band_frac", "share of
                                     "leaves the clip band", None, "mismatch tokens out of band", LOG, UNIT, kind=LOWER))
 MISMATCH_SEQ_OOB = declare(Metric("mismatch/seq_out_of_band_frac", "share of sequences whose trainer / sampler ratio "
                                   "leaves the clip band", None, "mismatch sequences out of band", LOG, UNIT, kind=LOWER))
-CORRECTION_MEAN = declare(Metric("correction/weight_mean", "mean TIS / MIS weight", None, "correction weight (mean)",
-                                 LINEAR, NONNEG))
-CORRECTION_MAX = declare(Metric("correction/weight_max", "largest TIS / MIS weight", None, "correction weight (max)",
-                                LOG, NONNEG))
+CORRECTION_MEAN = declare(Metric("correction/weight_mean", "mean correction ratio rho = pi_old / pi_sampler (token, "
+                                 "product or geometric mean), before truncation or masking", None,
+                                 "correction ratio (mean)", LINEAR, NONNEG))
+CORRECTION_MAX = declare(Metric("correction/weight_max", "largest correction ratio rho, before truncation or masking",
+                                None, "correction ratio (max)", LOG, NONNEG))
+CORRECTION_APPLIED = declare(Metric("correction/applied_mean", "mean weight the terms got after truncation or masking "
+                                    "(masked terms count 0)", None, "correction weight applied (mean)", LINEAR, NONNEG))
 CORRECTION_TRUNCATED = declare(Metric("correction/truncated_frac", "share of TIS weights truncated at the cap", None,
                                       "TIS truncated", LINEAR, UNIT))
-CORRECTION_MASKED = declare(Metric("correction/masked_frac", "share of terms MIS masks out", None, "MIS masked",
-                                   LINEAR, UNIT))
+CORRECTION_MASKED = declare(Metric("correction/masked_frac", "share of terms MIS / mask / Geo-RS masks out", None,
+                                   "masked by the correction", LINEAR, UNIT))
 
 # --- Mixture-of-Experts (trainer/parallel/moe.py) ------------------------------------------------------------------------
 ROUTING_CHANGED = declare(Metric("moe/routing_changed_frac", "share of tokens whose experts differ between the old "

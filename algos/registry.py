@@ -48,6 +48,11 @@ class Algorithm:
     metrics: Mapping[str, str] = field(default_factory=dict)  # metric name -> one of REDUCTIONS
     token_advantages: bool = False  # accepts per-token advantages [N, T] (else one per sequence, [N])
     no_lower_bound: bool = False  # clip_low = 1 is allowed: a clip bound on a weight, 1 meaning none (CISPO)
+    ratio: str = "token"  # its importance ratio: token (one per token) or geometric (one per sequence, the
+    #                       geometric mean of the token ratios: GSPO, GSPO-token, GMPO); a correction's level follows it
+    card: str = ""  # its ratio and objective for `gspo explain`, a format string: {lo} = 1 - clip_low, {hi} =
+    #                 1 + clip_high, {clip_low}, {clip_high}, {exp_lo} = e^-clip_low, {exp_hi} = e^clip_high, its options
+    aggregation: str = ""  # its fixed token reduction where it has no aggregation option (seq_mean: 1/N sum_i J_i)
 
     def make_options(self, values: Mapping[str, Any]) -> Any:
         """The options dataclass from config values: TypeError naming an unknown option and the known ones,
@@ -62,8 +67,12 @@ class Algorithm:
 ALGOS: dict[str, Algorithm] = {}
 
 
-def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str],
-             token_advantages: bool = False, no_lower_bound: bool = False) -> Callable[[LossFn], LossFn]:
+RATIOS = ("token", "geometric")
+
+
+def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str], token_advantages: bool = False,
+             no_lower_bound: bool = False, ratio: str = "token", card: str = "",
+             aggregation: str = "") -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
     def decorator(fn: LossFn) -> LossFn:
@@ -80,10 +89,13 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
             undeclared = [p for p in params if p not in (*REQUIRED, *CONTEXT) and p not in declared]
         if undeclared:
             raise TypeError(f"algorithm {name!r}: parameters {undeclared} are neither context nor options")
+        if ratio not in RATIOS:
+            raise ValueError(f"algorithm {name!r}: ratio {ratio!r} not in {', '.join(RATIOS)}")
         bad = {k: v for k, v in metrics.items() if v not in REDUCTIONS}
         if bad:
             raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
-        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound)
+        ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound, ratio, card,
+                                aggregation)
         return fn
 
     return decorator

@@ -49,7 +49,10 @@ class SapoOptions:
         check_aggregation(self.aggregation)
 
 
-@register("sapo", options=SapoOptions, metrics=STANDARD_METRICS, token_advantages=True)
+@register("sapo", options=SapoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
+    "ratio      token: r_it = exp(logp_it - old_logp_it)\n"
+    "objective  J_it = f(r_it) A_i, f(r) = 4/tau sigmoid(tau (r - 1)), tau = {tau_pos} (A > 0) or {tau_neg} (A <= 0):\n"
+    "           a soft gate, no hard clip ([{lo}, {hi}] is only the reported band)"))
 def sapo_loss(x: LossInputs, *, tau_pos: float, tau_neg: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
     """SAPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
     reduce_tokens = x.reducer(aggregation)

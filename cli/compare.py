@@ -2,7 +2,8 @@
 
 A preset is a file of conf/sweep/: `compare` (the default: GRPO and GSPO over three seeds, shortened to 20
 steps), `lr` (GRPO and GSPO at five learning rates: where each collapses), `family` (GRPO, DAPO, Dr. GRPO,
-GSPO, GMPO, CISPO, SAPO over three seeds) and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`).
+GSPO, GMPO, CISPO, SAPO over three seeds), `family2026` (GRPO against DPPO-TV, DPPO-KL, OPSM, MaxRL, GDPO)
+and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`).
 Arms provably equal under the config are not run twice (cli/sweep.py `fold_equal_arms`). Its arms,
 seeds and run length are the file's; overrides on the command line win over it (`algo=grpo,gspo seed=0,1
 train.steps=50`). The report goes to <sweep>/report.
@@ -56,12 +57,12 @@ def sweep_params(text: str) -> dict[str, str]:
 
 @user_errors
 def compare_cmd(
-    overrides: list[str] = typer.Argument(None, help="preset=compare|lr|family|moe|mismatch|stability, then Hydra "
+    overrides: list[str] = typer.Argument(None, help="preset=compare|lr|family|family2026|moe|mismatch|stability, then Hydra "
                                           "overrides on top of it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3"),
 ) -> None:
     """Run a comparison preset (default: GRPO and GSPO, 3 seeds, 20 steps on the embedded default;
     preset=lr: both at five learning rates, where each collapses; preset=family: GRPO, DAPO, Dr. GRPO, GSPO,
-    GMPO, CISPO, SAPO; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then
+    GMPO, CISPO, SAPO; preset=family2026: GRPO, DPPO-TV, DPPO-KL, OPSM, MaxRL, GDPO; preset=moe|mismatch|stability put the GSPO paper's three claims to the test), then
     write the report and print its verdict."""
     name, rest = pick_preset(list(overrides or []))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),

@@ -95,6 +95,24 @@ def train(
 
 
 @app.command(context_settings=EXTRA)
+def explain(
+    overrides: list[str] = typer.Argument(None, help="the same overrides as gspo train, e.g. algo=gspo train.minibatches=4"),
+) -> None:
+    """Print the exact estimator the update of `gspo train <overrides>` computes: ratio, clip or mask rule, advantage,
+    aggregation and its normaliser (micro-batch, accumulation and data-parallel factors), where pi_old and the
+    sampler's log-probs come from, the correction. Loads no model; every run writes the same card to estimator.txt."""
+    from gspo.conf import compose_config
+    from gspo.trainer.explain import estimator_card
+    from gspo.trainer.step.advantages import check_algorithm
+    from gspo.trainer.tasks.registry import build_task
+
+    config = compose_config(list(overrides or []))
+    if config.task.kind == "arith":  # the other tasks read their dataset to build; the card does not need it
+        check_algorithm(config.algo, build_task(config.task))
+    typer.echo(estimator_card(config, world_size=int(os.environ.get("WORLD_SIZE", "1"))), nl=False)
+
+
+@app.command(context_settings=EXTRA)
 def sweep(
     overrides: list[str] = typer.Argument(None, help="Hydra sweep overrides, e.g. algo=grpo,gspo seed=0,1,2"),
 ) -> None:

@@ -16,13 +16,13 @@ from omegaconf import DictConfig, OmegaConf
 from gspo.conf.errors import GspoError
 
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")  # GRPO's algo.options.aggregation
-ADVANTAGES = ("group", "step")  # advantage estimators registered in gspo.algos.advantages
-CORRECTIONS = ("none", "tis", "mis")  # gspo.algos.corrections.KINDS
-CORRECTION_LEVELS = ("token", "sequence")  # gspo.algos.corrections.LEVELS
+ADVANTAGES = ("group", "step", "gdpo")  # advantage estimators registered in gspo.algos.advantages
+CORRECTIONS = ("none", "tis", "mis", "mask", "geo_rs")  # gspo.algos.corrections.KINDS
+CORRECTION_LEVELS = ("auto", "token", "sequence", "geometric")  # auto: resolved by the trainer  # gspo.algos.corrections.LEVELS
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "algo.advantage": ADVANTAGES,
-    "algo.adv_scale": ("std", "none"),
+    "algo.adv_scale": ("std", "none", "mean"),
     "algo.old_logp_source": ("auto", "recompute", "engine"),
     "algo.routing_replay": ("none", "trainer", "rollout"),
     "algo.options.aggregation": AGGREGATIONS,

@@ -182,6 +182,9 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_k
     if replay != "none" and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
         raise GspoError(f"algo.routing_replay={replay} needs a Mixture-of-Experts model and the embedded model is dense: "
                         "use model=tiny-moe (or an MoE through model=hf)")
+    if cfg.algo.adv_scale == "mean" and cfg.rollout.overlong_buffer:
+        raise GspoError("algo.adv_scale=mean (MaxRL) divides by the group's mean reward, which the overlong penalty "
+                        "can make 0 or negative: set rollout.overlong_buffer=0")
     _check_paths(cfg)
 
 

@@ -13,32 +13,40 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+# Each correction level's default bounds (cap, low, high), used where algo.correction.cap / low / high are unset.
+# The levels' scales differ by orders of magnitude, so one set of numbers cannot act at all three:
+CORRECTION_BOUNDS: dict[str, tuple[float, float, float]] = {
+    "token": (2.0, 0.5, 2.0),  # verl rollout_correction: rollout_is_threshold 2.0, RS band [1/2, 2] (reciprocal lower)
+    "sequence": (2.0, 0.5, 2.0),  # verl decoupled_seq_is_rs: product of the token ratios, 2.0 and [0.5, 2.0]
+    "geometric": (1.001, 0.999, 1.001),  # verl decoupled_geo_rs: rollout_rs_threshold 1.001, lower 0.999
+}
+
 
 @dataclass
 class CorrectionConfig:
     """The training-inference mismatch corrected (gspo.algos.corrections): the sampler's log-probs against the
     trainer's recomputed old ones, so it needs algo.old_logp_source=engine; the loss then uses the trainer's."""
 
-    kind: str = "none"  # none; tis: each term times sg(min(pi_old / pi_sampler, cap)); mis: terms whose pi_old / pi_sampler leaves [low, high] masked out
-    level: str = "token"  # token: one weight per token (token-level objectives); sequence: the geometric mean over the response, one per sequence (every algorithm)
-    cap: float = 2.0  # tis: weights above it are truncated to it (the TIS authors' example)
-    low: float = 0.5  # mis: weights below it mask their token or sequence out
-    high: float = 2.0  # mis: weights above it mask their token or sequence out
+    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (IcePop): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); rho = pi_old / pi_sampler
+    level: str = "auto"  # auto: the algorithm's ratio level (sequence for gspo, gspo_token, gmpo; token otherwise; geometric for geo_rs); token: one weight per token; sequence: the product of the token ratios, one per sequence; geometric: their geometric mean, one per sequence
+    cap: float | None = None  # tis: weights above it are truncated to it; None: the level's default (CORRECTION_BOUNDS: 2 token / sequence, 1.001 geometric)
+    low: float | None = None  # mis, mask, geo_rs: ratios below it mask their term; None: the level's default (0.5; 0.999 geometric)
+    high: float | None = None  # mis, mask, geo_rs: ratios above it mask their term; None: the level's default (2; 1.001 geometric)
 
 
 @dataclass
 class AlgoConfig:
     name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
-    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only)
-    clip_high: float = MISSING  # ratio may rise to 1 + clip_high
+    clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only; dppo_tv / dppo_kl: the divergence threshold for A <= 0, as verl reads it)
+    clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so 5 caps at 6, where TRL's epsilon_high=5 caps at 5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
     options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
-    advantage: str = "group"  # estimator: group (one value per sequence) or step (per scratchpad step, per token; gspo_token)
+    advantage: str = "group"  # estimator: group (one value per sequence), step (per scratchpad step, per token; gspo_token) or gdpo (each reward component normalised in its group, summed, batch-normalised; GDPO)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
-    adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO)
+    adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO); mean: (r - mean) / mean (MaxRL; rewards in [0, 1])
     old_logp_source: str = "auto"  # auto: the sampler's own where they are the trainer's to fp tolerance (lean hf sampler, fp32), else a trainer forward; recompute: always a trainer forward; engine: the sampler's own whatever its precision (paper sec. 5.3), the mismatch logged
     routing_replay: str = "none"  # MoE only: none; trainer (R2, GSPO paper sec. 4.3): the old policy's experts from its scoring forward, replayed in the update's; rollout (R3, arXiv 2510.11370): the experts the hf sampler chose while decoding, replayed in the old-log-prob and update forwards
-    correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # mismatch correction of engine log-probs (TIS / MIS)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # mismatch correction of engine log-probs (TIS / MIS / mask / Geo-RS)
 
 
 @dataclass

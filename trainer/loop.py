@@ -43,6 +43,7 @@ from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.registry import make_engine
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
+from gspo.trainer.explain import estimator_card
 from gspo.trainer.model.logprobs import compile_body
 from gspo.trainer.model.models import cache_root, pick_device
 from gspo.trainer.model.precision import Precision
@@ -58,6 +59,7 @@ from gspo.trainer.run.progress import Progress
 from gspo.trainer.run.rundir import (
     SET_ASIDE,
     RunDir,
+    atomic_write_text,
     checkpoint_step,
     default_run_id,
     missing_steps,
@@ -178,6 +180,7 @@ def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unr
             f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
             "those steps again as it redoes them")
     run.write_config(config_to_yaml(cfg))
+    atomic_write_text(run.path / "estimator.txt", estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
                    **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
 
@@ -313,7 +316,8 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
     try:
         check_finite("reward", rewards)
         advantages = rollout_advantages(algo, rewards, G, task=task, prompts=[it.prompt for it in items for _ in range(G)],
-                                        rollout=rollout, tokenizer=engine.tokenizer)  # [N], or [N, T] per token
+                                        rollout=rollout, tokenizer=engine.tokenizer, golds=golds,
+                                        task_rewards=sampled.task_rewards)  # [N], or [N, T] per token
         old_logp, entropy, ref_logp = old_logprobs(ctx, rollout)
         lengths = rollout.completion_mask.sum(-1).long().tolist()  # [N] the update's bookkeeping, on the host
         prompt = rollout.attention_mask[:, : rollout.input_ids.shape[1] - rollout.n_completion]

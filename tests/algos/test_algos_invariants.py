@@ -17,7 +17,8 @@ LENGTHS = [5, 2, 3, 1]
 WIDTH = 5
 CLIP = {"clip_low": 0.2, "clip_high": 0.27}
 ALL_CASES = [*itertools.product(["grpo"], AGGREGATIONS), ("gspo", None), ("gspo_token", None),  # GRPO's option
-             *[(name, None) for name in ("dapo", "dr_grpo", "cispo", "sapo", "gmpo")]]  # their defaults
+             *[(name, None) for name in ("dapo", "dr_grpo", "cispo", "sapo", "gmpo", "dppo_tv", "dppo_kl", "opsm",
+                                         "maxrl", "gdpo")]]  # their defaults
 
 
 def own(algo, aggregation):

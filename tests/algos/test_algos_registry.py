@@ -12,7 +12,10 @@ from gspo.algos import ALGOS, REDUCTIONS, available, get, option_names, policy_l
 
 F64 = torch.float64
 OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
-           "cispo": ("aggregation",), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": ()}  # algo.options
+           "cispo": ("aggregation",), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": (),
+           "dppo_tv": ("tis_cap", "aggregation"), "dppo_kl": ("tis_cap", "aggregation"), "opsm": ("delta", "aggregation"),
+           "maxrl": ("aggregation",), "gdpo": ("aggregation",)}  # algo.options
+OWN_METRICS = {"opsm": {"clip/opsm_masked_frac"}}  # beyond the standard ones
 METRICS = {
     "clip/token_frac", "clip/seq_frac", "clip/low_frac", "clip/high_frac", "clip/ratio_out_of_band_frac",
     "ratio/token_mean", "ratio/token_min", "ratio/token_max", "ratio/seq_mean", "ratio/seq_min",
@@ -27,7 +30,8 @@ def inputs(n=2, t=3):
 
 
 def test_registered_names():
-    assert available() == ("cispo", "dapo", "dr_grpo", "gmpo", "grpo", "gspo", "gspo_token", "sapo")
+    assert available() == ("cispo", "dapo", "dppo_kl", "dppo_tv", "dr_grpo", "gdpo", "gmpo", "grpo", "gspo",
+                           "gspo_token", "maxrl", "opsm", "sapo")
     assert set(ALGOS) == set(available())
     for name in available():
         assert option_names(name) == OPTIONS[name]
@@ -50,12 +54,13 @@ def test_the_config_vocabulary_is_the_registries():
     from gspo.conf.compose import _algorithm_names
 
     assert CONF_AGGREGATIONS == AGGREGATIONS and ADVANTAGES == tuple(ESTIMATORS)
-    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, LEVELS)
+    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, ("auto", *LEVELS))  # auto: resolved by the trainer
     assert set(_algorithm_names()) == set(available())
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo"):
+    with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dppo_kl, dppo_tv, dr_grpo, gdpo, gmpo, grpo, gspo, "
+                                         "gspo_token, maxrl, opsm, sapo"):
         policy_loss("ppo", **inputs())
 
 
@@ -111,9 +116,9 @@ def test_a_registered_function_is_reachable_with_its_own_options():
 @pytest.mark.parametrize("name", available())
 def test_metric_names_are_the_interface(name):
     _, metrics = policy_loss(name, **inputs())
-    assert set(metrics) == METRICS
+    assert set(metrics) == METRICS | OWN_METRICS.get(name, set())
     _, metrics = policy_loss(name, **inputs(), ref_logp=torch.zeros((2, 3), dtype=F64))
-    assert set(metrics) == METRICS | {"policy/kl_ref"}
+    assert set(metrics) == METRICS | OWN_METRICS.get(name, set()) | {"policy/kl_ref"}
     assert all(v.dim() == 0 and not v.requires_grad for v in metrics.values())
 
 
@@ -147,7 +152,7 @@ def test_per_token_advantages_only_for_token_level_objectives(name):
     if not get(name).token_advantages:
         with pytest.raises(ValueError, match="advantages"):
             policy_loss(name, logp=logp, old_logp=old, advantages=per_token, mask=mask, **bounds)
-        assert name in ("gspo", "gmpo")
+        assert name in ("gspo", "gmpo", "opsm")  # OPSM: its mask reads the sequence's one advantage
         return
     results = []
     for a in (adv, per_token):

@@ -12,7 +12,7 @@ from gspo.conf.errors import GspoError
 
 
 def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
-    assert {"compare", "family", "lr", "moe", "mismatch", "stability"} <= set(presets())
+    assert {"compare", "family", "family2026", "lr", "moe", "mismatch", "stability"} <= set(presets())
     assert swept_by(presets()["lr"]) == ("seed", "train.lr", "algo")
     assert "gspo_token" not in presets()["compare"].split("params:")[1]
     assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
@@ -20,6 +20,7 @@ def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
     assert swept_by(presets()["moe"]) == ("seed", "algo")
     assert swept_by(presets()["mismatch"]) == ("algo", "algo.correction.kind", "seed")
     assert swept_by(presets()["family"]) == ("seed", "algo")
+    assert swept_by(presets()["family2026"]) == ("seed", "algo")
 
 
 @pytest.mark.parametrize("given, hint", [("mo", "did you mean moe?"), ("stabilty", "did you mean stability?"),
@@ -27,7 +28,7 @@ def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
 def test_an_unknown_preset_names_the_presets(given, hint):
     with pytest.raises(GspoError) as e:
         pick_preset([f"preset={given}"])
-    assert f"preset='{given}': use one of compare, family, lr, mismatch, moe, stability" in str(e.value)
+    assert f"preset='{given}': use one of compare, family, family2026, lr, mismatch, moe, stability" in str(e.value)
     assert hint in str(e.value)
     with pytest.raises(GspoError, match="name one"):
         pick_preset(["preset=moe", "preset=stability"])
@@ -37,12 +38,13 @@ def test_unknown_preset_from_the_command_line_is_one_line_and_writes_nothing(gsp
     result = gspo.subprocess("compare", "preset=moee", cwd=tmp_path, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
-        "error: preset='moee': use one of compare, family, lr, mismatch, moe, stability (did you mean moe?)"]
+        "error: preset='moee': use one of compare, family, family2026, lr, mismatch, moe, stability (did you mean "
+        "moe?)"]
     assert list(tmp_path.iterdir()) == []
 
 
 def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
-    """preset=mismatch on TINY, one seed, one step: six runs (2 algorithms x no correction, TIS, MIS on engine
+    """preset=mismatch on TINY, one seed, one step: eight runs (2 algorithms x no correction, TIS, MIS, Geo-RS on engine
     log-probs from a bf16 sampler), tagged with the preset's swept keys, and a report of them."""
     result = gspo.subprocess("compare", "preset=mismatch", *TINY, "seed=0", "train.steps=1", "train.eval_every=0",
                              "logger.progress=false", f"output_dir={tmp_path / 'runs'}", "hydra.sweep.dir=sw",
@@ -51,7 +53,7 @@ def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
     cfgs = [yaml.safe_load((p / "config.yaml").read_text()) for p in sorted((tmp_path / "runs").iterdir())]
     arms = {(c["algo"]["name"], c["algo"]["correction"]["kind"], c["algo"]["old_logp_source"], c["rollout"]["dtype"])
             for c in cfgs}
-    assert arms == {(a, k, "engine", "bfloat16") for a in ("grpo", "gspo") for k in ("none", "tis", "mis")}
+    assert arms == {(a, k, "engine", "bfloat16") for a in ("grpo", "gspo") for k in ("none", "tis", "mis", "geo_rs")}
     assert all(any(t.startswith("algo.correction.kind=") for t in c["logger"]["tags"]) for c in cfgs)
     report = (tmp_path / "sw" / "report" / "report.md").read_text()
     assert "gspo compare preset=mismatch" in report

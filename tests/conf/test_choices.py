@@ -23,10 +23,11 @@ def test_choice_error_names_the_valid_values_and_the_near_miss():
 
 @pytest.mark.parametrize(("override", "words"), [
     (["algo.name=gpso"], ["grpo, gspo, gspo_token", "did you mean gspo?"]),
-    (["algo.name=sapoo"], ["cispo, dapo, dr_grpo, gmpo, grpo, gspo, gspo_token, sapo", "did you mean sapo?"]),
+    (["algo.name=sapoo"], ["cispo, dapo, dppo_kl, dppo_tv, dr_grpo, gdpo, gmpo, grpo, gspo, gspo_token, maxrl, opsm, "
+                           "sapo", "did you mean sapo?"]),
     (["algo=grpo", "algo.options.aggregation=token_meen"], ["did you mean token_mean?"]),
     (["rollout.engine=vlm"], ["did you mean vllm?"]),
-    (["algo.advantage=steps"], ["group, step", "did you mean step?"]),
+    (["algo.advantage=steps"], ["group, step, gdpo", "did you mean step?"]),
     (["train.precision=fp23"], ["did you mean fp32?"]),
     (["rollout.dtype=bfloat61"], ["did you mean bfloat16?"]),
 ])

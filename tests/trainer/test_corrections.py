@@ -16,7 +16,7 @@ import torch
 from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
 from gspo.trainer import loop
-from gspo.trainer.step.advantages import check_algorithm
+from gspo.trainer.step.advantages import check_algorithm, correction_bounds
 from gspo.trainer.tasks.registry import build_task
 from tests.conftest import LEARNING_SEED, TINY
 
@@ -30,14 +30,32 @@ def _rows(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("overrides, words", [
     (["algo.correction.kind=tis"], "needs algo.old_logp_source=engine (got auto)"),
-    (["algo=gspo", "algo.correction.kind=mis", *ENGINE], "use algo.correction.level=sequence"),
+    (["algo=gspo", "algo.correction.kind=mis", "algo.correction.level=token", *ENGINE],
+     "use algo.correction.level=auto, sequence or geometric"),
+    (["algo.correction.kind=geo_rs", "algo.correction.level=sequence", *ENGINE], "cannot apply (use auto or geometric)"),
 ])
 def test_a_correction_without_its_inputs_is_one_error_line(overrides, words):
     cfg = compose_config([*TINY, *overrides])
     with pytest.raises(GspoError, match=re.escape(words)):
         check_algorithm(cfg.algo, build_task(cfg.task))
-    check_algorithm(compose_config([*TINY, "algo=gspo", "algo.correction.kind=mis", "algo.correction.level=sequence",
-                                    *ENGINE]).algo, build_task(cfg.task))  # sequence level fits every algorithm
+
+
+@pytest.mark.parametrize("algo, kind, level, bounds", [
+    ("gspo", "tis", "geometric", (1.001, 0.999, 1.001)),  # GSPO's ratio is the geometric mean: so is its correction
+    ("gmpo", "mis", "geometric", (1.001, 0.999, 1.001)),
+    ("grpo", "tis", "token", (2.0, 0.5, 2.0)),
+    ("grpo", "geo_rs", "geometric", (1.001, 0.999, 1.001)),
+])
+def test_the_level_follows_the_algorithms_ratio_and_each_level_has_its_bounds(algo, kind, level, bounds):
+    cfg = compose_config([*TINY, f"algo={algo}", f"algo.correction.kind={kind}", *ENGINE])
+    check_algorithm(cfg.algo, build_task(cfg.task))  # `algo=gspo algo.correction.kind=tis` just works
+    b = correction_bounds(cfg.algo)
+    assert (b.level, (b.cap, b.low, b.high)) == (level, bounds)
+    explicit = correction_bounds(compose_config([*TINY, f"algo={algo}", f"algo.correction.kind={kind}",
+                                                 "algo.correction.level=sequence" if kind != "geo_rs" else
+                                                 "algo.correction.level=geometric", "algo.correction.cap=3.0",
+                                                 *ENGINE]).algo)
+    assert explicit.cap == 3.0 and explicit.level == ("geometric" if kind == "geo_rs" else "sequence")
 
 
 @pytest.mark.slow  # three short TINY runs

@@ -105,3 +105,31 @@ def test_overlong_penalty_reaches_the_rewards_the_advantages_see(engine):
     assert any(w < 0 for w in want), "some completion must run into the buffer"
     torch.testing.assert_close(got.rewards - got.task_rewards, torch.tensor(want), atol=1e-6, rtol=0)
     assert got.metrics["reward/overlong_penalty"] == pytest.approx(sum(want) / len(want), abs=1e-6)
+
+
+def test_the_filter_reads_correctness_so_all_right_groups_of_unequal_length_are_dropped(engine):
+    # every answer right (reward 1), the overlong ramp over the last half of 12 tokens: the shaped rewards of a
+    # group differ by length, its task rewards do not. DAPO (sec. 3.2) and verl filter on accuracy: all dropped.
+    task = make_task(lambda text, gold: 1.0)
+    c = conf("rollout.dynamic_sampling=true", "rollout.max_draws=2", "rollout.overlong_buffer=0.5")
+    got = sample_batch(STEP, c, engine, task, torch.device("cpu"), World())
+    penalty = torch.tensor([min(0.0, max(-1.0, (6 - n) / 6)) for n in got.rollout.completion_mask.sum(-1).tolist()])
+    shaped = (got.task_rewards + penalty).view(B, G)  # what a filter on the shaped reward would have seen
+    assert (shaped.amax(-1) > shaped.amin(-1)).any(), "some group's lengths must differ inside the buffer"
+    assert got.metrics["sampling/groups_kept"] == 0.0 and got.metrics["sampling/groups_dropped"] == 8.0
+    assert got.metrics["sampling/groups_refilled"] == 4.0  # the batch keeps its shape with dropped groups
+    assert torch.equal(got.task_rewards, torch.ones(B * G))
+    # groups put back to fill the batch stay unshaped: equal rewards, advantage 0, no length signal
+    assert torch.equal(got.rewards, got.task_rewards) and got.metrics["reward/overlong_penalty"] == 0.0
+
+
+def test_shaping_comes_after_the_filter_on_the_kept_groups(engine):
+    # the parity reward makes mixed groups (kept) and constant ones (dropped); the kept rows carry the penalty
+    task = make_task()
+    c = conf("rollout.dynamic_sampling=true", "rollout.max_draws=3", "rollout.overlong_buffer=0.5")
+    got = sample_batch(STEP, c, engine, task, torch.device("cpu"), World())
+    kept = int(got.metrics["sampling/groups_kept"]) * G
+    lengths = got.rollout.completion_mask.sum(-1).tolist()
+    want = [min(0.0, max(-1.0, (6 - n) / 6)) if i < kept else 0.0 for i, n in enumerate(lengths)]
+    assert kept > 0 and any(w < 0 for w in want)
+    torch.testing.assert_close(got.rewards - got.task_rewards, torch.tensor(want), atol=1e-6, rtol=0)

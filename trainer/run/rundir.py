@@ -2,6 +2,7 @@
 
     results/runs/<run_id>/
       config.yaml      fully resolved config
+      estimator.txt    the estimator its update computes (`gspo explain`'s card)
       run.json         status (running, finished, failed, interrupted), versions, timing, last step, load average
       metrics.jsonl    one row per step
       evals.jsonl      one row per (benchmark, metric) evaluation

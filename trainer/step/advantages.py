@@ -11,12 +11,15 @@ answer goes without credit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.algos.registry import check_clip
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import CORRECTION_BOUNDS
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.tasks.task_types import Task
@@ -47,20 +50,38 @@ def check_algorithm(algo, task: Task) -> None:
                         f"algo.old_logp_source=engine (got {algo.old_logp_source})")
     if c.kind != "none" and c.level == "token" and not spec.token_advantages:
         raise GspoError(f"algo.correction.level=token weights each token's term, and {algo.name} weights whole "
-                        "sequences: use algo.correction.level=sequence")
+                        "sequences: use algo.correction.level=auto, sequence or geometric")
+    if c.kind == "geo_rs" and c.level not in ("auto", "geometric"):
+        raise GspoError(f"algo.correction.kind=geo_rs masks by the geometric-mean ratio: algo.correction.level="
+                        f"{c.level} cannot apply (use auto or geometric)")
+    if estimator.needs_components and not task.has_components:
+        raise GspoError(f"algo.advantage={algo.advantage} normalises each reward component apart, and task "
+                        f"{task.name} has one reward (task=arith gives correctness and format)")
+    if algo.adv_scale == "mean" and (estimator.per_token or estimator.needs_components):
+        raise GspoError(f"algo.adv_scale=mean (MaxRL) applies to algo.advantage=group, not {algo.advantage}")
     if estimator.needs_steps and not task.has_steps:
         raise GspoError(f"algo.advantage={algo.advantage} needs a task whose worked steps are graded "
                         f"(task=arith); task {task.name} grades whole answers")
 
 
 def rollout_advantages(algo, rewards: Tensor, group_size: int, *, task: Task, prompts: list[str],
-                       rollout: Rollout, tokenizer) -> Tensor:
-    """[N] or [N, T] advantages of a rollout batch (prompts: the task's raw prompts, one per completion)."""
-    steps = None
-    if get_estimator(algo.advantage).needs_steps:
+                       rollout: Rollout, tokenizer, golds: list[str] | None = None,
+                       task_rewards: Tensor | None = None) -> Tensor:
+    """[N] or [N, T] advantages of a rollout batch (prompts: the task's raw prompts, one per completion; golds and
+    the unshaped task_rewards: for an estimator that reads the reward's components, where a shaping penalty
+    (rewards - task_rewards) is one more component)."""
+    steps = components = None
+    estimator = get_estimator(algo.advantage)
+    if estimator.needs_steps:
         graded = task.steps(prompts, rollout.texts)
         steps = step_tensors(graded, rollout, tokenizer)
-    return estimate(algo.advantage, rewards, group_size, eps=algo.adv_eps, scale=algo.adv_scale, steps=steps)
+    if estimator.needs_components:
+        components = torch.tensor(task.components(rollout.texts, golds), dtype=rewards.dtype,
+                                  device=rewards.device)  # [N, K]
+        if task_rewards is not None and not torch.equal(rewards, task_rewards):
+            components = torch.cat([components, (rewards - task_rewards).unsqueeze(-1)], dim=-1)
+    return estimate(algo.advantage, rewards, group_size, eps=algo.adv_eps, scale=algo.adv_scale, steps=steps,
+                    components=components)
 
 
 def step_tensors(graded: list[list[tuple[int, float]]], rollout: Rollout, tokenizer) -> tuple[Tensor, Tensor]:
@@ -82,19 +103,44 @@ def step_tensors(graded: list[list[tuple[int, float]]], rollout: Rollout, tokeni
     return rewards.to(mask.device), ends.to(mask.device)
 
 
+@dataclass(frozen=True)
+class CorrectionBounds:
+    """A correction as it will act: its kind, level (auto resolved) and bounds (unset ones: the level's default)."""
+
+    kind: str
+    level: str  # token, sequence (product of the token ratios) or geometric (their geometric mean)
+    cap: float
+    low: float
+    high: float
+
+
+def correction_bounds(algo) -> CorrectionBounds:
+    """algo.correction resolved: level auto is the algorithm's own ratio level (geometric for gspo, gspo_token and
+    gmpo, token otherwise; geometric for geo_rs), and each unset bound is its level's (conf/schema.py)."""
+    c = algo.correction
+    level = c.level
+    if level == "auto":
+        level = "geometric" if c.kind == "geo_rs" or get(algo.name).ratio == "geometric" else "token"
+    cap, low, high = CORRECTION_BOUNDS[level]
+    return CorrectionBounds(c.kind, level, cap if c.cap is None else c.cap, low if c.low is None else c.low,
+                            high if c.high is None else c.high)
+
+
 def corrected(algo, advantages: Tensor, old_logp: Tensor, rollout: Rollout) -> tuple[Tensor, Tensor, dict]:
     """(advantages, the old log-probs the loss uses, correction/* metrics) under `algo.correction`.
 
     Without a correction the loss's old log-probs are the sampler's where algo.old_logp_source=engine, else
     the trainer's. With one they are the trainer's (`old_logp`), and the sampler's enter only through the
-    weights c (gspo.algos.corrections), which scale the advantages: per token ([N, T]) or per sequence.
+    weights c (gspo.algos.corrections), which scale the advantages: per token ([N, T]) or per sequence
+    (`correction_bounds` resolves the level and bounds).
     """
     c = algo.correction
     if c.kind == "none":
         return advantages, rollout.engine_logp if old_logp_origin(algo) == ENGINE else old_logp, {}
+    b = correction_bounds(algo)
     weights, metrics = correction_weights(old_logp=old_logp, engine_logp=rollout.engine_logp,
-                                          mask=rollout.completion_mask, kind=c.kind, level=c.level, cap=c.cap,
-                                          low=c.low, high=c.high)  # [N, T] (token) or [N] (sequence)
+                                          mask=rollout.completion_mask, kind=b.kind, level=b.level, cap=b.cap,
+                                          low=b.low, high=b.high)  # [N, T] (token) or [N] (sequence, geometric)
     if weights.dim() == 2 and advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)  # [N, 1]: one advantage per sequence, spread over its tokens
     elif weights.dim() == 1 and advantages.dim() == 2:

@@ -1,15 +1,17 @@
 """A step's rollout batch: its prompts drawn, their groups sampled and graded, and DAPO's two rollout options
 (arXiv 2503.14476, sec. 3.2 and 3.4), which every algorithm can use:
 
-- `rollout.dynamic_sampling`: a group whose rewards are all equal has advantage 0 and teaches nothing. Such
-  groups are dropped and more prompts drawn, round k of a step from (seed, step, k) and sampled with its own
+- `rollout.dynamic_sampling`: a group whose task rewards are all equal (all right or all wrong: the paper's
+  accuracy filter, as verl's, on the task's reward before any shaping) teaches nothing. Such groups are dropped
+  and more prompts drawn, round k of a step from (seed, step, k) and sampled with its own
   seed, until train.prompts_per_step groups are kept or `rollout.max_draws` rounds are spent. A batch still
-  short is completed with the first dropped groups (advantage 0, as without the option), so every batch has
+  short is completed with the first dropped groups (unshaped: advantage 0), so every batch has
   its configured shape. Logged: sampling/groups_drawn, sampling/groups_kept (informative groups in the
   batch), sampling/groups_dropped, sampling/draws (rounds) and sampling/groups_refilled (dropped groups put
   back to complete a short batch).
-- `rollout.overlong_buffer`: gspo.algos.overlong_penalty added to every reward. The shaped reward is the one
-  the advantages (and the filter above) see; reward/<task> and reward/mean stay the task's own, and
+- `rollout.overlong_buffer`: gspo.algos.overlong_penalty added to every reward, after the filter above (so an
+  all-correct group whose answers differ only in length is dropped, not trained on its lengths). The shaped
+  reward is the one the advantages see; reward/<task> and reward/mean stay the task's own, and
   reward/overlong_penalty is the batch's mean penalty.
 
 Round 0 is what a step without the options draws (the same prompts and seeds), so turning them off gives
@@ -73,8 +75,8 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
         draws += 1
         times = {key: times[key] + part.times[key] for key in times}
         if not sampling.dynamic_sampling:
-            return part
-        empty = constant_groups(part.rewards, conf.train.group_size).tolist()  # [B]
+            return _shaped(part, sampling)
+        empty = constant_groups(part.task_rewards, conf.train.group_size).tolist()  # [B], on correctness, unshaped
         good = [g for g in range(B) if not empty[g]][: B - n_kept]
         kept.append((part, good))
         dropped += [(part, g) for g in range(B) if empty[g]]
@@ -83,15 +85,16 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
             break
     refill = dropped[: B - n_kept]
     batch = _join([*kept, *((part, [g]) for part, g in refill)], conf.train.group_size, engine.tokenizer.pad_token_id)
+    batch = _shaped(batch, sampling, n_rows=n_kept * conf.train.group_size)  # refilled groups: unshaped, advantage 0
     batch.metrics = {GROUPS_DRAWN: float(draws * B), GROUPS_KEPT: float(n_kept),
                      GROUPS_DROPPED: float(len(dropped)), DRAWS: float(draws),
-                     GROUPS_REFILLED: float(len(refill)), **_penalty_metric(batch, sampling)}
+                     GROUPS_REFILLED: float(len(refill)), **batch.metrics}
     batch.times = times
     return batch
 
 
 def _draw(step: int, k: int, conf, engine, task: Task, device: torch.device, world: World) -> Sampled:
-    """Round k of the step: B prompts, G completions each, graded and shaped (the whole batch on every rank)."""
+    """Round k of the step: B prompts, G completions each, graded, not yet shaped (the whole batch on every rank)."""
     G, B = conf.train.group_size, conf.train.prompts_per_step
     items = task.train_items(seed=conf.seed, step=step, n=B, draw=k)
     prompts = format_prompts(engine.tokenizer, items, chat=conf.chat, repeat=G)
@@ -106,18 +109,22 @@ def _draw(step: int, k: int, conf, engine, task: Task, device: torch.device, wor
     rewards = torch.tensor(task.rewards(rollout.texts, golds[mine]), device=device)  # [N]
     rollout, rewards = _whole_batch(rollout, rewards, world, engine.tokenizer.pad_token_id)  # [distributed]
     times = {"generate": t1 - t0, "grade": time.perf_counter() - t1}
-    lengths = rollout.completion_mask.sum(-1)  # [N]
-    shaped = rewards + overlong_penalty(lengths, max_len=conf.sampling.max_new_tokens,
-                                        buffer=conf.sampling.overlong_buffer).to(rewards.dtype)
-    part = Sampled(items, prompts, rollout, rewards, shaped, {}, times)
-    part.metrics = _penalty_metric(part, conf.sampling)
-    return part
+    return Sampled(items, prompts, rollout, rewards, rewards, {}, times)
 
 
-def _penalty_metric(batch: Sampled, sampling) -> dict[str, float]:
+def _shaped(batch: Sampled, sampling, n_rows: int | None = None) -> Sampled:
+    """The batch with the overlong penalty added to its rewards (the advantages' input) and its metric; with
+    `n_rows`, to its first n_rows only (the kept groups: a dropped group put back to fill the batch keeps its
+    equal task rewards, so its advantage stays 0 rather than a length signal)."""
     if not sampling.overlong_buffer:
-        return {}
-    return {OVERLONG_PENALTY: (batch.rewards - batch.task_rewards).mean().item()}
+        return batch
+    lengths = batch.rollout.completion_mask.sum(-1)  # [N]
+    penalty = overlong_penalty(lengths, max_len=sampling.max_new_tokens, buffer=sampling.overlong_buffer)
+    if n_rows is not None:
+        penalty[n_rows:] = 0.0
+    batch.rewards = batch.task_rewards + penalty.to(batch.task_rewards.dtype)
+    batch.metrics = {**batch.metrics, OVERLONG_PENALTY: penalty.mean().item()}
+    return batch
 
 
 def _join(parts: list[tuple[Sampled, list[int]]], G: int, pad_id: int) -> Sampled:

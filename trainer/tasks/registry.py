@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gspo.conf.errors import GspoError
-from gspo.evals.arith import grade_arith, grade_steps, is_held_out, make_split, sample_problem
+from gspo.evals.arith import extract_answer, grade_arith, grade_steps, is_held_out, make_split, sample_problem
 from gspo.evals.graders.math import grade_math
 from gspo.evals.records import load_hub_rows, read_records
 from gspo.trainer.tasks.code_task import code_task
@@ -82,7 +82,12 @@ def _arith_task(cfg) -> Task:
         return out
 
     return Task(name=cfg.name, eval_items=held_out, _draw=draw, _score=graded_by(grade_arith), grader="arith",
-                _steps=grade_steps)
+                _steps=grade_steps, _components=arith_components)
+
+
+def arith_components(response: str, gold: str) -> tuple[float, float]:
+    """(correctness, format) of an arith answer: 1 if right, and 1 if it ends in a `#<integer>` answer at all."""
+    return float(grade_arith(response, gold)), float(extract_answer(response) is not None)
 
 
 def _math_task(cfg) -> Task:

@@ -28,6 +28,7 @@ def prompt_text(tokenizer, prompt: str, system: str | None, *, chat: bool) -> st
 
 Scorer = Callable[[list[str], list[str]], list[float]]  # (responses, golds) -> rewards
 StepGrader = Callable[[str, str], list[tuple[int, float]]]  # (prompt, response) -> (end char, reward) per step
+Components = Callable[[str, str], tuple[float, ...]]  # (response, gold) -> the reward's components (GDPO)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Task:
     _score: Scorer
     grader: str  # what rewards it, as samples.jsonl says for `gspo grade`: arith, math or code
     _steps: StepGrader | None = None  # grades each worked step (the `step` advantage estimator)
+    _components: Components | None = None  # the reward's components (the `gdpo` advantage estimator)
 
     def train_items(self, *, seed: int, step: int, n: int, draw: int = 0) -> list[Item]:
         """The `n` prompts of training step `step`; the same for the same (seed, step). `draw` k > 0: the k-th
@@ -47,6 +49,16 @@ class Task:
     def rewards(self, responses: list[str], golds: list[str]) -> list[float]:
         """Rewards of a batch of responses, in order (a code task grades them in parallel)."""
         return self._score(responses, golds)
+
+    @property
+    def has_components(self) -> bool:
+        return self._components is not None
+
+    def components(self, responses: list[str], golds: list[str]) -> list[tuple[float, ...]]:
+        """Per response, its reward's components (arith: correctness, format), for GDPO's normalisation."""
+        if self._components is None:
+            raise GspoError(f"task {self.name} has no reward components")
+        return [self._components(r, g) for r, g in zip(responses, golds, strict=True)]
 
     @property
     def has_steps(self) -> bool:

@@ -1,0 +1,130 @@
+"""The loss card: the exact estimator a config's update computes, in words and numbers (`gspo explain`, and
+estimator.txt in every run directory).
+
+Peers' users could not see which estimator a config produced, and the bugs that hurt them most were there:
+the sum or the mean of a sequence weight, a loss divided twice by the accumulation steps, gradients scaled by
+the parallel degree. The card states, from the resolved config and the algorithm registry (never from a copy
+of the losses' logic): the ratio (token or sequence, geometric mean or product), the clip or mask rule with its
+numbers, the advantage (normalisation, scale), the aggregation and its normaliser with the micro-batch,
+accumulation and data-parallel factors, where pi_old and the sampler's log-probs come from, and the correction.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gspo.algos import get, get_estimator
+from gspo.trainer.step.advantages import correction_bounds
+
+NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole minibatch's (every micro-batch, rank)
+    "seq_mean": "1/N sum_i J_i  (N sequences of the minibatch)",
+    "seq_mean_token_mean": "1/N sum_i 1/|y_i| sum_t J_it  (N sequences; each sequence's own length)",
+    "token_mean": "1/T sum_i sum_t J_it  (T valid tokens of the minibatch; long sequences weigh more)",
+    "seq_mean_token_sum_norm": "1/N sum_i 1/L sum_t J_it  (N sequences; L = rollout.max_new_tokens = {max_len}, a constant)",
+}
+
+
+def estimator_card(cfg, *, world_size: int = 1) -> str:
+    """The card for a resolved config (gspo.conf.compose_config's); `world_size`: the data-parallel ranks."""
+    algo, spec = cfg.algo, get(cfg.algo.name)
+    options = {**_defaults(spec), **dict(algo.options)}
+    numbers = {"lo": _num(max(0.0, 1.0 - algo.clip_low)), "hi": _num(1.0 + algo.clip_high),
+               "clip_low": _num(algo.clip_low), "clip_high": _num(algo.clip_high),
+               "exp_lo": _num(math.exp(-algo.clip_low)), "exp_hi": _num(math.exp(algo.clip_high)),
+               **{k: _num(v) if isinstance(v, float) else v for k, v in options.items()}}
+    lines = [f"estimator  {algo.name}: the update's loss = -J + {_num(algo.kl_beta)} KL (k3, to the initial model; "
+             f"reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
+    lines += spec.card.format(**numbers).splitlines() if spec.card else [
+        f"objective  not declared: {algo.name} registers no card (gspo.algos.register(..., card=...))"]
+    lines += _advantage(cfg)
+    lines += _aggregation(cfg, options.get("aggregation") or spec.aggregation, world_size)
+    lines += _policies(cfg)
+    lines += _correction(cfg)
+    return "\n".join(lines) + "\n"
+
+
+def _defaults(spec) -> dict:
+    return {f: getattr(spec.options(), f) for f in spec.options.__dataclass_fields__}
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _advantage(cfg) -> list[str]:
+    algo, r = cfg.algo, cfg.rollout
+    G, eps = cfg.train.group_size, _num(algo.adv_eps)
+    scale = {"std": f"(r_i - mean_G) / (std_G + {eps}), Bessel std over each group of G = {G}",
+             "none": f"r_i - mean_G over each group of G = {G} (no std division)",
+             "mean": f"(r_i - mean_G) / max(mean_G, {eps}) over each group of G = {G} (MaxRL)"}[algo.adv_scale]
+    est = get_estimator(algo.advantage)
+    if algo.advantage == "step":
+        what = f"per token: the sum of the normalised rewards of its step and the later ones; each step {scale}"
+    elif est.needs_components:
+        what = (f"each reward component normalised in its group ({scale}), summed, then (S - mean_batch) / "
+                f"(std_batch + {eps}) over the batch (GDPO)")
+    else:
+        what = f"A_i = {scale}; a group of equal rewards gets exactly 0"
+    rewards = f"the task's ({cfg.task.kind})"
+    if r.overlong_buffer:
+        rewards += (f" + the overlong penalty over the last {_num(r.overlong_buffer)} of {r.max_new_tokens} tokens "
+                    "(added after the filter below)")
+    lines = [f"advantage  {algo.advantage}: {what}", f"rewards    {rewards}"]
+    if r.dynamic_sampling:
+        lines.append(f"filter     dynamic sampling: groups whose task rewards (correctness, unshaped) are all equal are "
+                     f"dropped, up to {r.max_draws} draws of {cfg.train.prompts_per_step} prompts")
+    return lines
+
+
+def _aggregation(cfg, aggregation: str, world_size: int) -> list[str]:
+    t = cfg.train
+    n_batch = t.prompts_per_step * t.group_size
+    n_mb = n_batch // t.minibatches
+    micro = t.micro_batch_size or -(-n_mb // world_size)
+    n_micro = -(-n_mb // micro)
+    norm = NORMALISERS.get(aggregation, "its own (the algorithm declares no aggregation)").format(
+        max_len=cfg.rollout.max_new_tokens)
+    return [
+        f"aggregate  {aggregation or 'undeclared'}: J = {norm}",
+        f"batches    rollout batch {t.prompts_per_step} prompts x {t.group_size} = {n_batch} sequences, split into "
+        f"{t.minibatches} minibatches of N = {n_mb}; x {t.epochs} epoch(s) = {t.minibatches * t.epochs} optimizer "
+        f"steps per rollout batch" + ("; on-policy: every ratio is 1 (GRPO and GSPO give the same gradient)"
+                                      if t.minibatches * t.epochs == 1 else ""),
+        f"accumulate {n_micro} micro-batch(es) of {micro} per minibatch, each divided by the whole minibatch's N (or T), "
+        "not its own and not by the number of micro-batches: their losses and gradients sum to the minibatch's",
+        f"parallel   {world_size} data-parallel rank(s): the same global N (or T) on every rank, gradients summed "
+        f"(not averaged) before clipping to norm {_num(t.max_grad_norm)}",
+    ]
+
+
+def _policies(cfg) -> list[str]:
+    algo, r = cfg.algo, cfg.rollout
+    sampler = f"{r.engine} engine" + (f" ({r.sampler} sampler)" if r.engine == "hf" else "")
+    dtype = r.dtype if r.engine == "hf" else r.vllm_dtype
+    sampled = (f"sampler    {sampler}, dtype {dtype}, temperature {_num(r.temperature)}, top_p {_num(r.top_p)}: its "
+               "log-probs are pi_s, scored at the same temperature and nucleus")
+    if algo.correction.kind != "none":
+        old = "a trainer scoring forward before the updates (the sampler's enter only through the correction)"
+    elif algo.old_logp_source == "engine":
+        old = "the sampler's own log-probs (algo.old_logp_source=engine), whatever their precision; the mismatch logged"
+    elif algo.old_logp_source == "recompute":
+        old = "a trainer scoring forward before the updates (algo.old_logp_source=recompute)"
+    else:
+        old = ("the sampler's own log-probs where they equal a trainer forward to fp tolerance (hf lean sampler, fp32, "
+               "no MoE routers), else a trainer scoring forward (algo.old_logp_source=auto)")
+    return [sampled, f"pi_old     {old}"]
+
+
+def _correction(cfg) -> list[str]:
+    c = cfg.algo.correction
+    if c.kind == "none":
+        return ["correction none"]
+    b = correction_bounds(cfg.algo)
+    rho = {"token": "rho_it = exp(old_logp_it - sampler_logp_it), per token",
+           "sequence": "rho_i = exp(sum_t (old_logp_it - sampler_logp_it)), the product of the token ratios",
+           "geometric": "rho_i = exp(1/|y_i| sum_t (old_logp_it - sampler_logp_it)), their geometric mean"}[b.level]
+    rule = {"tis": f"c = sg(min(rho, {_num(b.cap)}))",
+            "mis": f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (IcePop)",
+            "mask": f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
+            "geo_rs": f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
+    return [f"correction {b.kind} at {b.level} level: {rule}, {rho}; c multiplies each term's advantage"]
