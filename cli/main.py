@@ -102,8 +102,8 @@ def explain(
     aggregation and its normaliser (micro-batch, accumulation and data-parallel factors), where pi_old and the
     sampler's log-probs come from, the correction. Loads no model; every run writes the same card to estimator.txt."""
     from gspo.conf import compose_config
-    from gspo.trainer.explain import estimator_card
     from gspo.trainer.step.advantages import check_algorithm
+    from gspo.trainer.step.explain import estimator_card
     from gspo.trainer.tasks.registry import build_task
 
     config = compose_config(list(overrides or []))

@@ -43,7 +43,6 @@ from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.registry import make_engine
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
-from gspo.trainer.explain import estimator_card
 from gspo.trainer.model.logprobs import compile_body
 from gspo.trainer.model.models import cache_root, pick_device
 from gspo.trainer.model.precision import Precision
@@ -69,6 +68,7 @@ from gspo.trainer.run.seeds import step_seed
 from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint, save_sharded_checkpoint
 from gspo.trainer.step.advantages import corrected, rollout_advantages
 from gspo.trainer.step.context import StepContext
+from gspo.trainer.step.explain import estimator_card
 from gspo.trainer.step.reduction import to_host
 from gspo.trainer.step.sampling import Sampled, format_prompts, sample_batch
 from gspo.trainer.step.scoring import old_logprobs

@@ -1,4 +1,4 @@
-"""`gspo explain`: the loss card of a config (trainer/explain.py), with the overrides of `gspo train`, loading no
+"""`gspo explain`: the loss card of a config (trainer/step/explain.py), with the overrides of `gspo train`, loading no
 model; the same card is each run's estimator.txt."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_every_algo_preset_has_a_card():
     from importlib import resources
 
     from gspo.conf import compose_config
-    from gspo.trainer.explain import estimator_card
+    from gspo.trainer.step.explain import estimator_card
 
     presets = sorted(p.name.removesuffix(".yaml") for p in resources.files("gspo.conf").joinpath("algo").iterdir()
                      if p.name.endswith(".yaml"))
