@@ -57,3 +57,8 @@ class EngineKind:
     build: Callable[..., Engine]
     capabilities: Callable[[Any], Capabilities]
     require: Callable[[Any], None] = _nothing
+    describe: Callable[[Any], str] | None = None  # cfg.rollout -> "<name> engine, dtype ..." (the loss card)
+
+    def description(self, rollout) -> str:
+        """How this engine samples under `rollout`, in words: its own `describe`, else its name."""
+        return self.describe(rollout) if self.describe is not None else f"{self.name} engine"

@@ -28,9 +28,10 @@ def capabilities_of(rollout) -> Capabilities:
     return engine_kind(rollout.engine).capabilities(rollout)
 
 
-register_engine(EngineKind("hf", build=hf_engine.build, capabilities=hf_engine.capabilities))
+register_engine(EngineKind("hf", build=hf_engine.build, capabilities=hf_engine.capabilities,
+                           describe=lambda r: f"hf engine ({r.sampler} sampler), dtype {r.dtype}"))
 register_engine(EngineKind("vllm", build=vllm_engine.build, capabilities=vllm_engine.capabilities,
-                           require=vllm_engine.require))
+                           require=vllm_engine.require, describe=lambda r: f"vllm engine, dtype {r.vllm_dtype}"))
 
 
 def make_engine(cfg, model, tokenizer):

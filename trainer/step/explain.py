@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from gspo.algos import get, get_estimator
+from gspo.trainer.engines.registry import engine_kind
 from gspo.trainer.step.advantages import correction_bounds
 
 NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole minibatch's (every micro-batch, rank)
@@ -99,9 +100,7 @@ def _aggregation(cfg, aggregation: str, world_size: int) -> list[str]:
 
 def _policies(cfg) -> list[str]:
     algo, r = cfg.algo, cfg.rollout
-    sampler = f"{r.engine} engine" + (f" ({r.sampler} sampler)" if r.engine == "hf" else "")
-    dtype = r.dtype if r.engine == "hf" else r.vllm_dtype
-    sampled = (f"sampler    {sampler}, dtype {dtype}, temperature {_num(r.temperature)}, top_p {_num(r.top_p)}: its "
+    sampled = (f"sampler    {engine_kind(r.engine).description(r)}, temperature {_num(r.temperature)}, top_p {_num(r.top_p)}: its "
                "log-probs are pi_s, scored at the same temperature and nucleus")
     if algo.correction.kind != "none":
         old = "a trainer scoring forward before the updates (the sampler's enter only through the correction)"
