@@ -173,7 +173,7 @@ TIME_UPDATE = declare(Metric("time/update_s", "seconds scoring old log-probs and
                              LINEAR, NONNEG, kind=LOWER))
 TIME_STEP = declare(Metric("time/step_s", "seconds of the whole step", None, "seconds per step", LINEAR, NONNEG,
                            headline=True, kind=LOWER))
-TIME_PHASE = family(Family("time/{phase}_s", "seconds of one phase of the step: generate, grade, old_logp, updates",
+TIME_PHASE = family(Family("time/{phase}_s", "seconds of one phase of the step: generate, grade, old_logp, updates; eval (the held-out task eval)",
                            None, "phase seconds", LINEAR, NONNEG, kind=LOWER))
 TOKENS_PER_S = declare(Metric("throughput/tokens_per_s", "completion tokens per second of the step", None,
                               "tokens per second", LINEAR, NONNEG, kind=HIGHER))

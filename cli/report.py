@@ -9,6 +9,8 @@ from pathlib import Path
 import typer
 
 from gspo.cli.errors import user_errors
+from gspo.conf.schema import VerdictConfig
+from gspo.conf.verdict import check_effect
 from gspo.report import Report, fmt, write_groups, write_report
 
 
@@ -24,15 +26,20 @@ def report_cmd(
     separate: bool = typer.Option(False, "--separate", help="Runs that differ in what defines the experiment (a "
                                   "task setting, the model or its cold start, train.steps) are refused; with this, "
                                   "each group of like runs gets its own report in <out>/group-<i>."),
+    effect: float = typer.Option(VerdictConfig.effect, "--effect", help="The smallest effect of interest of a "
+                                 "score (held-out accuracy, reward), in its own units: equivalence within +-effect "
+                                 "and the seeds per arm that would resolve it (verdict.effect of gspo compare)."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
-    in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds."""
+    in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds; arms that share their
+    seeds are compared seed by seed (paired t), others by Welch's interval, each verdict naming its method."""
+    check_effect(effect)
     paths = list(paths or [])
     if out is None:
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     command = f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
-    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth}
+    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect}
     if not separate:
         print_report(write_report(paths, out, **kwargs))
         return

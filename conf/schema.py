@@ -180,6 +180,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0  # gradients are clipped to this global norm before each optimizer step
     eval_every: int = 10  # steps; 0 disables periodic eval (step 0 and the end still run)
     eval_greedy: bool = True  # also report greedy accuracy
+    eval_k: int = 1  # samples per held-out problem at the training temperature; accuracy is their mean (avg@k), whose eval-sampling variance falls as 1/k (the report splits the accuracy's variance into eval sampling and training seed)
     save_every: int = 10  # steps between checkpoints (a killed run resumes from the last); 0: only the final one
     keep_checkpoints: int = 2  # newest checkpoints kept; older ones are deleted
     on_nonfinite: str = "stop"  # a NaN/inf reward, log-prob, loss or gradient: stop (run failed) or skip the batch (undone whole; keeps a copy of the weights and optimizer state)
@@ -204,6 +205,20 @@ class EvalConfig:
     run: str | None = None  # gspo eval: a run directory; its newest checkpoint (refused if damaged) is evaluated under the run's own config
     step: int | None = None  # gspo eval with eval.run: the checkpoint step to evaluate; None: the newest
     output: str | None = None  # gspo eval: where evals.jsonl goes; None: the run of eval.run, else results/evals/<time>-<model>
+
+
+@dataclass
+class VerdictConfig:
+    """How `gspo compare` and `gspo report` reach a verdict (`gspo compare verdict.until=resolved ...`); not part
+    of a run's config: the same runs may be judged with another effect of interest."""
+
+    effect: float = 0.02  # the smallest difference of interest in a score's own units (held-out accuracy, reward: 0.02 = 2 points): "equivalent" means within +-effect. Default: a difference under 2 points would rarely change which objective one picks when seeds alone swing small-benchmark accuracy by 5-15 points (arXiv 2504.07086), and it is half the eval-sampling sd of one single-sample eval on 128 problems (0.042); set it to what matters on your task
+    until: str = "none"  # none: one round of the preset's seeds; resolved: add seeds to every arm in rounds until each verdict of `metric` is resolved or shown equivalent within +-effect, or the budget is spent (group-sequential, Lan-DeMets alpha spending)
+    max_seeds: int = 12  # until=resolved: seeds per arm at most (the last round spends what alpha is left)
+    round_seeds: int = 3  # until=resolved: seeds added to every arm per round
+    max_minutes: float | None = None  # until=resolved: no new round starts once this much wall time has passed
+    spending: str = "obrien_fleming"  # until=resolved: alpha spending of the looks, obrien_fleming or pocock (Lan & DeMets 1983)
+    metric: str | None = None  # until=resolved: the primary metric the rounds answer; None: eval/<task>/accuracy
 
 
 @dataclass

@@ -9,8 +9,8 @@ cumulative time/step_s of each run: training steps only, held-out evals left out
 (cumulative completion/len_mean x completions per step: training rollouts only). On those two axes the mean
 at a step is drawn at the mean x of the seeds at that step.
 
-Three figures lead the report: the forest plot (every headline difference with its interval, zero
-marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
+Three figures lead the report: the forest plot (every headline difference with its interval, one shared
+axis per metric, rows sorted, the Holm-adjusted interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
 plot (final metric against that key, one line per algorithm, the share of seeds that collapsed marked).
 """
 
@@ -31,7 +31,7 @@ import gspo.algos.metrics as M  # noqa: E402
 from gspo.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
 from gspo.report.collapse import collapsed  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
-from gspo.report.stats import band, excludes_zero  # noqa: E402
+from gspo.report.stats import band  # noqa: E402
 from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 from gspo.trainer.run.progress import Progress  # noqa: E402
 
@@ -204,36 +204,53 @@ def key_grid(arms: list[Arm], task: str, out: Path, smooth: int = 5) -> bool:
     return any(drawn)
 
 
+def _forest_row(ax, d: Difference, y: float) -> None:
+    """One difference at height y: the 95% interval (thick), Holm's adjusted one (thin, where wider), the point."""
+    color = "#1f77b4" if d.resolved else "#777777"
+    if not math.isnan(d.ci.low):
+        adj = d.adjusted
+        if d.m > 1 and not math.isnan(adj.low):
+            ax.plot([adj.low, adj.high], [y, y], color=color, linewidth=1, solid_capstyle="butt")
+            ax.plot([adj.low, adj.high], [y, y], "|", color=color, markersize=8)
+        ax.plot([d.ci.low, d.ci.high], [y, y], color=color, linewidth=3.5, solid_capstyle="butt", alpha=0.8)
+    ax.plot([d.ci.mean], [y], "o", color=color, markersize=6)
+    how = "paired" if d.method == "paired t" else "Welch"
+    ax.text(1.01, y, ("resolved" if d.resolved else "not resolved") + f" ({how}, n={d.ci.n})",
+            transform=ax.get_yaxis_transform(), ha="left", va="center", fontsize=8, color=color)
+
+
 def forest(diffs: list[Difference], out: Path) -> bool:
-    """One row per difference (an arm minus its baseline on one headline metric): the point, its 95%
-    interval, zero marked; each row on its own scale (the metrics have different units)."""
-    rows = [d for d in diffs if not math.isnan(d.ci.mean)]
-    if not rows:
+    """Every difference (an arm minus its baseline) with its interval: one panel per metric, all its rows on one
+    shared x axis (so their intervals compare by eye), sorted by the estimate, zero marked; the thick bar is the
+    95% interval, the thin one with end ticks the Holm-adjusted interval where several comparisons share the
+    metric (the one a verdict rests on)."""
+    by_metric: dict[str, list[Difference]] = {}
+    for d in diffs:
+        if not math.isnan(d.ci.mean):
+            by_metric.setdefault(d.head.metric, []).append(d)
+    if not by_metric:
         return False
-    fig, axes = plt.subplots(len(rows), 1, figsize=(10, 0.55 * len(rows) + 0.7), dpi=90, squeeze=False)
-    for ax, d in zip(axes[:, 0], rows, strict=True):
-        has_ci = not math.isnan(d.ci.low)
-        resolved = excludes_zero(d.ci)
-        color = "#1f77b4" if resolved else "#777777"
-        if has_ci:
-            ax.plot([d.ci.low, d.ci.high], [0, 0], color=color, linewidth=2.5, solid_capstyle="butt")
-        ax.plot([d.ci.mean], [0], "o", color=color, markersize=6)
+    heights = [len(ds) + 1.2 for ds in by_metric.values()]  # rows, and room for the panel's title and axis
+    rows = sum(len(ds) for ds in by_metric.values())
+    fig, axes = plt.subplots(len(by_metric), 1, figsize=(10, 0.3 * rows + 0.55 * len(heights) + 0.35), dpi=90,
+                             squeeze=False, gridspec_kw={"height_ratios": heights})
+    for ax, ds in zip(axes[:, 0], by_metric.values(), strict=True):
+        ds = sorted(ds, key=lambda d: d.ci.mean)
+        for y, d in enumerate(ds):
+            _forest_row(ax, d, y)
         ax.axvline(0, color="#c00", linewidth=1)
-        lo, hi = (min(d.ci.low, 0), max(d.ci.high, 0)) if has_ci else (min(d.ci.mean, 0), max(d.ci.mean, 0))
-        pad = (hi - lo) * 0.08 or abs(d.ci.mean) * 0.5 or 1e-3
-        ax.set_xlim(lo - pad, hi + pad)
-        ax.set_yticks([])
-        for side in ("left", "right", "top"):
-            ax.spines[side].set_visible(False)
+        ax.set_yticks(range(len(ds)), [f"{d.arm.label} - {d.base.label}" for d in ds], fontsize=8)
+        ax.set_ylim(-0.6, len(ds) - 0.4)
+        head = ds[0].head
+        holm = f", Holm over {ds[0].m}" if ds[0].m > 1 else ""
+        ax.set_title(f"{head.info.label} ({head.reduce}){holm}", fontsize=9, loc="left", pad=2)
         ax.tick_params(axis="x", labelsize=7, pad=1)
-        seeds = "" if resolved or d.seeds is None else f"; ~{d.seeds} seeds/arm"
-        ax.text(-0.01, 0.5, f"{d.head.info.label}: {d.arm.label} - {d.base.label}", transform=ax.transAxes,
-                ha="right", va="center", fontsize=9)
-        ax.text(1.01, 0.5, ("resolved" if resolved else "not resolved") + f" (n={d.ci.n}{seeds})",
-                transform=ax.transAxes, ha="left", va="center", fontsize=8, color=color)
-    fig.suptitle("Difference to the baseline with its 95% interval (red line: no difference)", fontsize=10)
-    fig.subplots_adjust(left=0.36, right=0.76, top=1 - 0.45 / fig.get_figheight(), bottom=0.35 / fig.get_figheight(),
-                        hspace=1.1)
+        ax.grid(axis="x", alpha=0.3)
+        for side in ("right", "top"):
+            ax.spines[side].set_visible(False)
+    fig.suptitle("Difference to the baseline: 95% interval (thick), Holm-adjusted (thin); red line: no difference",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
     fig.savefig(out)
     plt.close(fig)
     return True

@@ -1,4 +1,4 @@
-"""Statistics across seeds (scipy): 95% Student-t intervals, Welch differences, seeds needed, ranges.
+"""Statistics across seeds (scipy): 95% Student-t intervals, paired and Welch differences, Holm, ranges.
 
 A seed is one replicate; with n seeds the interval of the mean is mean +- t(0.975, n-1) * s / sqrt(n),
 s the sample (Bessel) standard deviation, t from `scipy.stats.t`. One seed gives no interval (NaN bounds):
@@ -8,11 +8,15 @@ takes them). With two seeds a t interval is too wide to mean much and often leav
 bands drawn from n < 3 seeds are the seeds' min-max instead (`band`), and every interval is clipped to
 its metric's valid range (`clip_to`).
 
-Seeds needed (`seeds_needed`): the smallest n per arm at which a two-sided two-sample t test (equal n,
-pooled variance, alpha 0.05) detects a true difference `delta` with probability `power` (0.8), the
-variance taken from the seeds observed: effect size d = |delta| / s_pooled, power(n) = P(|T| > t_crit)
-with T noncentral t of df = 2n - 2 and noncentrality d * sqrt(n / 2) (what statsmodels' TTestIndPower
-solves; here by scipy's noncentral t, counting n up).
+Arms that share a seed share the initial model, the prompt stream and the sampling seeds (common random
+numbers), so their difference is best read from the per-seed differences d_s = a_s - b_s (`paired_ci`): mean
+d, interval mean +- t(0.975, n-1) * sd(d) / sqrt(n), the one-sample t test on the differences (Student 1908);
+the seed-to-seed variance both arms share cancels. Where the pairing does not hold (report/pairing.py) the
+difference falls back to Welch's. Several comparisons of one metric in one report are controlled by Holm's
+step-down procedure (Holm 1979; `holm`): family-wise error 5% without assuming independence.
+
+Power, the minimum detectable effect, equivalence and the seeds an effect of interest needs are
+report/power.py's.
 
 For few seeds, as rliable (Agarwal et al., 2021) reports them: the interquartile mean (scipy's trim_mean)
 and the probability of improvement P(X > Y) + P(X = Y) / 2 over every pair of seeds.
@@ -29,7 +33,6 @@ from scipy import stats as sps
 
 LEVEL = 0.95
 POWER = 0.8
-MAX_SEEDS = 10_000  # seeds_needed gives up (returns None) beyond this: the difference is too small to chase
 
 
 def t975(df: float) -> float:
@@ -46,6 +49,24 @@ class Interval:
     high: float
     n: int
     how: str = "t"  # "t": 95% t interval; "min-max": the seeds' range (n < 3); "clipped": t cut at the range
+    se: float = math.nan  # standard error of `mean` (differences: of the mean difference)
+    df: float = math.nan  # degrees of freedom of its t distribution (Welch's are fractional)
+
+    def at(self, level: float) -> Interval:
+        """The same estimate at another two-sided confidence level (its t quantile at `df`)."""
+        if math.isnan(self.se) or not self.df >= 1:
+            return self
+        half = float(sps.t.ppf(0.5 + level / 2, self.df)) * self.se
+        return Interval(self.mean, self.mean - half, self.mean + half, self.n, self.how, self.se, self.df)
+
+    @property
+    def p(self) -> float:
+        """Two-sided p-value of the t test of no difference (NaN without a standard error; 0 or 1 at se 0)."""
+        if not self.df >= 1 or math.isnan(self.se):
+            return math.nan
+        if self.se == 0:
+            return 1.0 if self.mean == 0 else 0.0
+        return float(2 * sps.t.sf(abs(self.mean) / self.se, self.df))
 
 
 def _clean(values) -> list[float]:
@@ -95,10 +116,41 @@ def diff_ci(a: list[float], b: list[float]) -> Interval:
     va, vb = statistics.variance(xs) / len(xs), statistics.variance(ys) / len(ys)
     se = math.sqrt(va + vb)
     if se == 0:
-        return Interval(d, d, d, n)
+        return Interval(d, d, d, n, se=0.0, df=len(xs) + len(ys) - 2)
     df = (va + vb) ** 2 / (va**2 / (len(xs) - 1) + vb**2 / (len(ys) - 1))
     half = t975(df) * se
-    return Interval(d, d - half, d + half, n)
+    return Interval(d, d - half, d + half, n, se=se, df=df)
+
+
+def paired_ci(a: list[float], b: list[float]) -> Interval:
+    """mean(a_s - b_s) over pairs (a_s, b_s) of one seed each, with the paired 95% t interval: mean d +-
+    t(0.975, n - 1) * sd(d) / sqrt(n). `a` and `b` are in pair order; a pair with a NaN is dropped."""
+    ds = [x - y for x, y in zip(a, b, strict=True) if not (math.isnan(x) or math.isnan(y))]
+    if not ds:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    d = statistics.fmean(ds)
+    if len(ds) < 2:
+        return Interval(d, math.nan, math.nan, 1)
+    se = statistics.stdev(ds) / math.sqrt(len(ds))
+    half = t975(len(ds) - 1) * se
+    return Interval(d, d - half, d + half, len(ds), se=se, df=len(ds) - 1)
+
+
+def holm(p: list[float], alpha: float = 1 - LEVEL) -> list[float]:
+    """Holm's step-down levels: for each p-value, the level it is tested at, alpha / (m - j) for the j-th
+    smallest (j from 0) while every smaller one was rejected, and the level of the first not rejected for
+    it and all after (so an interval drawn at that level excludes zero exactly when Holm rejects). A NaN
+    p-value (no test) is not counted in m and gets alpha / m."""
+    order = sorted((i for i, v in enumerate(p) if not math.isnan(v)), key=lambda i: p[i])
+    m = len(order)
+    levels = [alpha / max(m, 1)] * len(p)
+    stopped = None
+    for j, i in enumerate(order):
+        level = alpha / (m - j) if stopped is None else stopped
+        if stopped is None and p[i] > level:
+            stopped = level
+        levels[i] = level
+    return levels
 
 
 def excludes_zero(ci: Interval) -> bool:
@@ -109,49 +161,6 @@ def excludes_zero(ci: Interval) -> bool:
 def zero_width(ci: Interval) -> bool:
     """An interval of no width from several seeds: the seeds tied, which is not certainty."""
     return ci.n >= 2 and not math.isnan(ci.low) and ci.low == ci.high
-
-
-def pooled_sd(a: list[float], b: list[float]) -> float:
-    """The pooled sample standard deviation of two samples (NaN below 2 values in either)."""
-    xs, ys = _clean(a), _clean(b)
-    if len(xs) < 2 or len(ys) < 2:
-        return math.nan
-    ss = statistics.variance(xs) * (len(xs) - 1) + statistics.variance(ys) * (len(ys) - 1)
-    return math.sqrt(ss / (len(xs) + len(ys) - 2))
-
-
-def t_test_power(d: float, n: int, alpha: float = 1 - LEVEL) -> float:
-    """Power of the two-sided two-sample t test with n per arm at effect size d (Cohen's d)."""
-    df = 2 * n - 2
-    crit = sps.t.ppf(1 - alpha / 2, df)
-    nc = abs(d) * math.sqrt(n / 2)
-    return float(sps.nct.sf(crit, df, nc) + sps.nct.cdf(-crit, df, nc))
-
-
-def seeds_needed(a: list[float], b: list[float], delta: float | None = None, power: float = POWER) -> int | None:
-    """Seeds per arm for 80% power to detect a true difference `delta` (default: the observed mean
-    difference) at the seeds' pooled variance. None: no estimate (fewer than 2 seeds in an arm, or no
-    difference, or more than MAX_SEEDS); 2 at the least."""
-    xs, ys = _clean(a), _clean(b)
-    sd = pooled_sd(xs, ys)
-    if math.isnan(sd):
-        return None
-    if delta is None:
-        delta = statistics.fmean(xs) - statistics.fmean(ys)
-    if delta == 0:
-        return None
-    if sd == 0:
-        return 2
-    d = abs(delta) / sd
-    if t_test_power(d, MAX_SEEDS) < power:
-        return None
-    lo, hi = 1, 2  # power grows with n: double until it is reached, then bisect to the smallest such n
-    while t_test_power(d, hi) < power:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if t_test_power(d, mid) < power else (lo, mid)
-    return hi
 
 
 def iqm(values: list[float]) -> float:

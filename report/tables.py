@@ -1,5 +1,7 @@
 """The numbers of a report: one value per run per headline metric, arm tables with 95% intervals, the
-differences between arms (with seeds needed), and summary.csv (one row per run).
+differences between arms (paired by seed where the design pairs, Welch's otherwise; Holm across the
+comparisons of one metric; the minimum detectable effect, the equivalence bound and the seeds for the
+smallest effect of interest), and summary.csv (one row per run).
 
 What each metric is comes from the metric catalogue (gspo.algos.metrics): its short words, its valid range
 (bands and intervals are clipped to it) and its kind: a `score` (higher is better), a `mechanism` (what the
@@ -9,23 +11,28 @@ algorithm does: clip fractions, KL, entropy, length; described, never called a w
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 import gspo.algos.metrics as M
 from gspo.report.arms import Arm
+from gspo.report.heldout import final_outcomes
 from gspo.report.load import load_text
+from gspo.report.pairing import pair_runs
+from gspo.report.power import equivalence, mde, seeds_for
 from gspo.report.runs import Run
 from gspo.report.stats import (
+    LEVEL,
     Interval,
     clip_to,
     diff_ci,
     excludes_zero,
+    holm,
     iqm,
     mean_ci,
+    paired_ci,
     prob_improvement,
-    seeds_needed,
 )
 
 SCORE, MECHANISM, COST = "score", "mechanism", "cost"
@@ -119,44 +126,112 @@ def arm_values(arm: Arm, h: Headline) -> list[float]:
     return [run_value(r, h.metric, h.reduce) for r in arm.runs]
 
 
+PAIRED, WELCH = "paired t", "Welch"
+
+
 @dataclass(frozen=True)
 class Difference:
     """One arm against its baseline on one headline metric."""
     head: Headline
     arm: Arm
     base: Arm
-    ci: Interval  # Welch's 95% interval of mean(arm) - mean(base)
+    ci: Interval  # the 95% interval of mean(arm) - mean(base) by `method`
     arm_mean: float
     base_mean: float
-    seeds: int | None  # seeds per arm for 80% power at the observed difference and variance
+    seeds: int | None  # seeds per arm for 80% power at the smallest effect of interest (scores only)
     p_better: float  # rliable's probability of improvement, P(arm's seed > base's seed)
+    method: str = WELCH  # PAIRED (per-seed differences) or WELCH (unpaired)
+    why_unpaired: str = ""  # why the pairing did not hold, in words (empty when paired)
+    welch: Interval | None = None  # Welch's interval of the same difference (for the widths paired vs unpaired)
+    alpha: float = 1 - LEVEL  # the level its test is held to after Holm across the report's comparisons of the metric
+    m: int = 1  # comparisons of this metric in the report
+    effect: float = math.nan  # the smallest effect of interest (scores; NaN: none)
+    values: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # (arm, base) per run, in pair order if paired
+    adjusted_by: str = "Holm"  # what set `alpha`: Holm, or a group-sequential design's last look
 
     @property
     def ratio(self) -> float:
         return self.arm_mean / self.base_mean if self.base_mean else math.nan
 
+    @property
+    def adjusted(self) -> Interval:
+        """The interval at the level Holm (or a sequential design) tests it at; the 95% one when unadjusted."""
+        return self.ci.at(1 - self.alpha) if self.alpha != 1 - LEVEL else self.ci
 
-def difference(h: Headline, arm: Arm, base: Arm) -> Difference:
-    a, b = arm_values(arm, h), arm_values(base, h)
+    @property
+    def resolved(self) -> bool:
+        return excludes_zero(self.adjusted)
+
+    @property
+    def mde(self) -> float:
+        return mde(self.ci, self.alpha)
+
+    @property
+    def tost(self) -> tuple[Interval, bool]:
+        return equivalence(self.ci, self.effect, self.alpha) if not math.isnan(self.effect) else (self.ci, False)
+
+
+def _pairing(h: Headline, arm: Arm, base: Arm):
+    def problems(run: Run) -> str | None:
+        out = final_outcomes(run, h.metric)
+        return out.problems if out is not None else None
+
+    return pair_runs(arm.runs, base.runs, lambda r: run_value(r, h.metric, h.reduce), problems, (arm.label, base.label))
+
+
+def difference(h: Headline, arm: Arm, base: Arm, effect: float = math.nan) -> Difference:
+    """`arm` - `base` on `h`: paired by seed where the runs' records show the design pairs, else Welch's; the
+    seeds per arm that would resolve `effect` (a score's smallest effect of interest) with 80% power."""
+    pairing = _pairing(h, arm, base)
+    if pairing.paired:
+        a, b = [run_value(x, h.metric, h.reduce) for x, _ in pairing.pairs], \
+            [run_value(y, h.metric, h.reduce) for _, y in pairing.pairs]
+        ci, method = paired_ci(a, b), PAIRED
+    else:
+        a, b = arm_values(arm, h), arm_values(base, h)
+        ci, method = diff_ci(a, b), WELCH
+    welch = diff_ci(a, b)
     lo, hi = h.info.valid
-    ci = diff_ci(a, b)
     if lo is not None and hi is not None:  # a difference of two values in [lo, hi] lies in [lo - hi, hi - lo]
-        ci = clip_to(ci, (lo - hi, hi - lo))
-    return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds_needed(a, b), prob_improvement(a, b))
+        ci, welch = clip_to(ci, (lo - hi, hi - lo)), clip_to(welch, (lo - hi, hi - lo))
+    effect = effect if h.info.kind == SCORE else math.nan
+    seeds = seeds_for(effect, ci, method == PAIRED) if not math.isnan(effect) else None
+    return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds, prob_improvement(a, b), method,
+                      pairing.why, welch, effect=effect, values=(tuple(a), tuple(b)))
 
 
-def diff_table(arms: list[Arm], h: Headline, pairs: list[tuple[Arm, Arm]] | None = None) -> pd.DataFrame:
-    """Each arm minus its baseline (default: the first arm), with Welch's 95% interval and the seeds per arm
-    that would resolve a difference of this size at 80% power."""
-    pairs = pairs if pairs is not None else [(arm, arms[0]) for arm in arms[1:]]
+def adjust(diffs: list[Difference]) -> list[Difference]:
+    """Holm across the comparisons of one metric: each difference held to the level Holm tests it at (stats.holm);
+    its seeds for the effect of interest recomputed at that level. One comparison: unchanged."""
+    if len(diffs) < 2:
+        return diffs
+    levels = holm([d.ci.p for d in diffs])
+    return [replace(d, alpha=lvl, m=len(diffs),
+                    seeds=seeds_for(d.effect, d.ci, d.method == PAIRED, lvl) if not math.isnan(d.effect) else None)
+            for d, lvl in zip(diffs, levels, strict=True)]
+
+
+def diff_table(diffs: list[Difference]) -> pd.DataFrame:
+    """Each arm minus its baseline: the method, the 95% interval (and Holm's where several comparisons share the
+    metric), Welch's for comparison, the minimum detectable effect at 80% power, the TOST interval and the seeds
+    per arm for the smallest effect of interest."""
     rows = []
-    for arm, base in pairs:
-        d = difference(h, arm, base)
-        rows.append({"difference": f"{arm.label} - {base.label}", "mean": d.ci.mean, "ci_low": d.ci.low,
-                     "ci_high": d.ci.high, "n": d.ci.n, "seeds needed (80% power)": d.seeds,
-                     "P(better)": d.p_better})
-    return pd.DataFrame(rows, columns=["difference", "mean", "ci_low", "ci_high", "n", "seeds needed (80% power)",
-                                       "P(better)"])
+    for d in diffs:
+        adj, (tost, _) = d.adjusted, d.tost
+        moved = d.alpha != 1 - LEVEL  # held to Holm's level, or a sequential design's last look
+        rows.append({"difference": f"{d.arm.label} - {d.base.label}", "method": d.method, "mean": d.ci.mean,
+                     "ci_low": d.ci.low, "ci_high": d.ci.high, "n": d.ci.n,
+                     "adjusted level": f"{1 - d.alpha:.2%} ({d.adjusted_by})" if moved else "-",
+                     "adjusted low": adj.low if moved else None, "adjusted high": adj.high if moved else None,
+                     "Welch low": d.welch.low if d.welch else None, "Welch high": d.welch.high if d.welch else None,
+                     "MDE (80% power)": d.mde, "TOST low": tost.low if d.tost[0] is not d.ci else None,
+                     "TOST high": tost.high if d.tost[0] is not d.ci else None,
+                     f"seeds for {fmt_effect(d.effect)}": d.seeds, "P(better)": d.p_better})
+    return pd.DataFrame(rows)
+
+
+def fmt_effect(effect: float) -> str:
+    return "the effect of interest" if math.isnan(effect) else f"+-{effect:g}"
 
 
 def status_table(arms: list[Arm]) -> pd.DataFrame:
@@ -168,31 +243,34 @@ def status_table(arms: list[Arm]) -> pd.DataFrame:
 
 
 def summary_frame(arms: list[Arm], keys: list[str], heads: list[Headline],
-                  compared: list[tuple[Arm, Arm]] = ()) -> pd.DataFrame:
+                  diffs: dict[str, list[Difference]] | None = None) -> pd.DataFrame:
     """summary.csv: identifiers, the differing config keys, whether the run collapsed, then final (and best,
-    mean) per headline metric; for a run of an arm compared with a baseline (`compared`), its arm's
-    difference on each headline metric (as reduced in the report), its 95% interval and the seeds per arm
-    that would resolve it at 80% power (empty where it is resolved)."""
-    base_of = {id(arm): base for arm, base in compared}
+    mean) per headline metric; for a run of an arm compared with a baseline (`diffs`, by metric), its arm's
+    difference on each headline metric (as reduced in the report), its method, its 95% interval (Holm-adjusted
+    where several comparisons share the metric), the minimum detectable effect and the seeds per arm for the
+    smallest effect of interest (empty where it is resolved)."""
+    by_arm = {(id(d.arm), h): d for h, ds in (diffs or {}).items() for d in ds}
     rows = []
     for arm in arms:
-        diffs = {h.metric: difference(h, arm, base_of[id(arm)]) for h in heads} if id(arm) in base_of else {}
+        base = next((d.base.label for (a, _), d in by_arm.items() if a == id(arm)), None)
         for r in arm.runs:
             row = {"run_id": r.run_id, "path": str(r.path), "arm": arm.label, "seed": r.config.get("seed"),
                    "status": r.status.get("status", "unknown"), "step": r.last_step,
                    "collapsed_step": (r.status.get("collapsed") or {}).get("step")}
             row |= {k: r.config.get(k) for k in keys}
-            row["baseline"] = base_of[id(arm)].label if diffs else None
+            row["baseline"] = base
             for h in heads:
                 row[f"{h.metric} final"] = run_value(r, h.metric, "final")
                 if h.higher_is_better:
                     row[f"{h.metric} best"] = run_value(r, h.metric, "max")
                 row[f"{h.metric} mean"] = run_value(r, h.metric, "mean")
-                d = diffs.get(h.metric)
-                resolved = d is not None and excludes_zero(d.ci)
+                d = by_arm.get((id(arm), h.metric))
+                adj = d.adjusted if d else None
                 row[f"{h.metric} {h.reduce} diff"] = d.ci.mean if d else None
-                row[f"{h.metric} diff ci_low"] = d.ci.low if d else None
-                row[f"{h.metric} diff ci_high"] = d.ci.high if d else None
-                row[f"{h.metric} seeds_needed"] = d.seeds if d and not resolved else None
+                row[f"{h.metric} diff method"] = d.method if d else None
+                row[f"{h.metric} diff ci_low"] = adj.low if d else None
+                row[f"{h.metric} diff ci_high"] = adj.high if d else None
+                row[f"{h.metric} diff mde"] = d.mde if d else None
+                row[f"{h.metric} seeds_needed"] = d.seeds if d and not d.resolved else None
             rows.append(row)
     return pd.DataFrame(rows)

@@ -1,8 +1,10 @@
 """`gspo report`: read runs, group them into arms, write plots, report.md, report.html and summary.csv.
 
 The page gives the answer first: a title naming the experiment, one verdict line per comparison in plain
-words (the difference, its 95% interval, resolved or not, and for one not resolved the seeds per arm that
-would resolve a difference that large), the forest plot of those differences, the grid of key curves, and
+words (the difference, its method, paired by seed or Welch's, its 95% interval or Holm's where several
+comparisons share the metric, resolved or not; for one not resolved the minimum detectable effect, the
+equivalence bound against the smallest effect of interest and the seeds per arm that effect needs), the
+forest plot of those differences, the grid of key curves, and
 for a sweep over a numeric key the sensitivity plot with the share of seeds that collapsed at each value.
 Then the experiment's defining settings and what differs between arms (every other setting folded away),
 the tables, the runs, and every plot.
@@ -18,12 +20,13 @@ from __future__ import annotations
 
 import math
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 import gspo.algos.metrics as M
+from gspo.conf.schema import VerdictConfig
 from gspo.report import collapse
 from gspo.report.arms import (
     Arm,
@@ -38,15 +41,18 @@ from gspo.report.arms import (
 )
 from gspo.report.comparable import at_common_step, seeds_used
 from gspo.report.load import without_loaded_times
+from gspo.report.noise import bootstrap_table, noise_text, split_table, which_objective
 from gspo.report.page import Block, fmt, to_html, to_markdown
 from gspo.report.plots import forest, key_grid, sensitivity, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
-from gspo.report.stats import excludes_zero, mean_ci, zero_width
+from gspo.report.stats import mean_ci, zero_width
 from gspo.report.tables import (
     MECHANISM,
+    PAIRED,
     SCORE,
     Difference,
     Headline,
+    adjust,
     arm_table,
     arm_values,
     diff_table,
@@ -76,10 +82,13 @@ class Report:
 
 
 def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False,
-                 smooth: int = 5) -> Report:
+                 smooth: int = 5, effect: float = VerdictConfig.effect, rounds: list[str] = (),
+                 sequential: dict[str, float] | None = None) -> Report:
     """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
     bar over the plots, the long part; `smooth`: the moving-average window of the training reward in the
-    key curves (0 or 1: none)."""
+    key curves (0 or 1: none); `effect`: the smallest effect of interest of a score; `rounds`: lines on the
+    rounds of a sequential compare (verdict.until=resolved), shown under the verdict; `sequential`: metric ->
+    the nominal level of its comparisons at the design's last look (their intervals are read at it)."""
     runs, notes = load_runs(paths)
     check_comparable(runs)
     runs, common = at_common_step(runs)
@@ -90,18 +99,28 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     keys = label_keys(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     compared = pairs(arms)
-    diffs = {h.metric: [difference(h, a, b) for a, b in compared] for h in heads}
+    diffs = {h.metric: adjust([difference(h, a, b, effect) for a, b in compared]) for h in heads}
+    for metric, level in (sequential or {}).items():
+        diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
+                         for d in diffs.get(metric, [])]
     chosen = _verdict_heads(heads, compared)
     common += [f"Runs used per arm: {seeds_used(arms)}."] if common else []
     verdict = common + _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
-    verdict += also_resolved(heads, chosen, diffs) + collapse.verdict(compared, arms)
-    front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys)),
+    verdict += also_resolved(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
+    front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect)),
                           Block("list", items=tuple(verdict), id="verdict")]
     front_files = []
     if forest([d for h in chosen for d in diffs[h.metric]], out_dir / "forest.png"):
         front.append(Block("img", "forest plot: each difference to the baseline with its 95% interval",
                            image=out_dir / "forest.png", id="forest"))
         front_files.append(out_dir / "forest.png")
+    if len(arms) > 2 and heads and heads[0].info.kind == SCORE:
+        front += [Block("h2", "Which objective"),
+                  Block("p", f"{heads[0].title}: each arm's mean with its 95% interval across seeds, best first, and "
+                             "its clipped-token share (mean over steps); 'tie' where the difference to the baseline "
+                             "is not resolved (at Holm's level)."),
+                  Block("table", table=which_objective(arms, heads[0], diffs[heads[0].metric], M.CLIP_TOKEN_FRAC),
+                        id="which")]
     if key_grid(arms, task, out_dir / "key_curves.png", smooth):
         front += [Block("h2", "Key curves"), Block("img", "key curves by step", image=out_dir / "key_curves.png",
                                                    id="curves")]
@@ -110,12 +129,12 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
         front += _sensitivity(arms, key, heads, out_dir, front_files, compared)
     plots = write_plots(arms, task, out_dir, progress)
     notes = _notes(runs, notes) + timing
-    blocks = front + _setup(runs, arms, keys, command) + _results(arms, heads, compared)
+    blocks = front + _setup(runs, arms, keys, command) + _noise(arms, heads, diffs) + _results(arms, heads, diffs)
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
     blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
-    summary = summary_frame(arms, keys, heads, compared)
+    summary = summary_frame(arms, keys, heads, diffs)
     summary.to_csv(out_dir / "summary.csv", index=False)
     mode = report_wandb_mode(wandb, runs)
     all_plots = [(p.stem.replace("_", " "), p) for p in front_files] + plots
@@ -133,14 +152,19 @@ def _title(runs: list[Run], arms: list[Arm], task: str) -> str:
     return f"gspo report: {names} on {task} ({model})"
 
 
-def _experiment(runs: list[Run], arms: list[Arm], keys: list[str]) -> str:
+def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float) -> str:
     seeds = sorted({len(a.runs) for a in arms})
     n = "-".join(map(str, seeds))
     steps = sorted({r.config.get("train.steps") for r in runs}, key=str)
     note = legend_note(keys)
     return (f"{len(runs)} runs: {len(arms)} arms x {n} seed(s), {', '.join(map(str, steps))} steps"
             + (f"; {note}" if note else "") + ". Differences are each arm minus its baseline (the first arm "
-            "of its group), mean over seeds with Welch's 95% interval; resolved = the interval excludes zero.")
+            "of its group): arms that share their seeds are compared seed by seed (paired t on the per-seed "
+            "differences), others by Welch's interval; each line names its method. Resolved = the interval "
+            "excludes zero (with several comparisons of a metric, the interval at Holm's level). Not resolved: TOST, the "
+            "interval outside which differences are ruled out at 5%, against the smallest effect of interest "
+            f"(+-{effect:g}, verdict.effect); MDE, the smallest true difference these seeds resolve with 80% power; "
+            "the seeds per arm that would resolve the effect of interest.")
 
 
 def _verdict_heads(heads: list[Headline], compared: list) -> list[Headline]:
@@ -166,9 +190,48 @@ def _one_seed(d: Difference) -> str:
     return "one seed per arm" if a == b else f"{d.base.label} {b} seed(s), {d.arm.label} {a}"
 
 
+def _method(d: Difference) -> str:
+    """How the interval was made: "paired t, 3 seeds", or "Welch, unpaired: <why>"."""
+    if d.method == PAIRED:
+        return f"paired t, {d.ci.n} seeds"
+    return f"Welch, unpaired: {d.why_unpaired}, {d.ci.n} seeds" if d.why_unpaired else f"Welch, {d.ci.n} seeds"
+
+
+def _interval(d: Difference, pre: str) -> str:
+    """The interval the verdict rests on (Holm's where several comparisons share the metric), and Welch's beside a
+    paired one so the reader sees what pairing bought."""
+    ci = d.adjusted
+    level = "95% CI"
+    if d.adjusted_by != "Holm":
+        level = f"repeated {1 - d.alpha:.3g} CI of the last look"
+    elif d.m > 1:
+        level = f"Holm over {d.m}: {1 - d.alpha:.1%} CI"
+    text = f"{pre}{_method(d)}: {level} {_signed(ci.low)} to {_signed(ci.high)}"
+    if d.method == PAIRED and d.welch is not None and not math.isnan(d.welch.low):
+        w = d.welch.at(1 - d.alpha)
+        text += f"; Welch {_signed(w.low)} to {_signed(w.high)}"
+    return text
+
+
+def _unresolved(d: Difference) -> str:
+    """Not resolved: what the data rule out against the effect of interest, what these seeds could have
+    resolved (MDE), and the seeds the effect of interest needs."""
+    mde = d.mde
+    parts = [f"MDE {mde:.3g}" if math.isfinite(mde) else "no MDE at these seeds"]
+    if not math.isnan(d.effect):
+        tost, shown = d.tost
+        span = f"{_signed(tost.low)} to {_signed(tost.high)}"
+        if shown:
+            return f"equivalent within +-{d.effect:g}: the difference lies within {span} (TOST)"
+        parts.insert(0, f"within {span} (TOST), so not shown equivalent within +-{d.effect:g}")
+        parts.append(f"~{d.seeds} seeds/arm for {d.effect:g}" if d.seeds else f"no seed count resolves {d.effect:g}")
+    return "not resolved; " + "; ".join(parts)
+
+
 def verdict_line(d: Difference) -> str:
-    """One comparison in plain words: what the arm's value is against its baseline, how sure, and (not
-    resolved) the seeds per arm that would resolve a difference this large at 80% power."""
+    """One comparison in plain words: what the arm's value is against its baseline, by which method, how sure,
+    and (not resolved) the minimum detectable effect, the equivalence bound and the seeds the effect of
+    interest needs."""
     label, ci, n = d.head.info.label, d.ci, d.ci.n
     if d.head.info.kind == SCORE:
         what, pre = f"{label}: {d.arm.label} - {d.base.label} = {_signed(ci.mean)}", ""
@@ -178,18 +241,18 @@ def verdict_line(d: Difference) -> str:
         pre = f"{ratio}difference {_signed(ci.mean)}, "
     if n < 2:
         return f"{what} ({pre}{_one_seed(d)}: no interval, no claim either way)"
+    if zero_width(ci) and d.method == PAIRED and ci.mean != 0:
+        return (f"{what} ({pre}paired, {n} seeds): every seed gave the same difference, so the interval has zero "
+                f"width; {n} seeds agreeing is not certainty, run more seeds")
     if zero_width(ci):
         return (f"{what} ({pre}{n} seeds): the seeds tied exactly, so the interval has zero width; a tie of "
                 f"{n} seeds is not certainty, run more seeds")
-    ci_text = f"{pre}95% CI {_signed(ci.low)} to {_signed(ci.high)}, {n} seeds"
     small = "; only 2 seeds, so the interval is wide and rests on one pair" if n == 2 else ""
-    if excludes_zero(ci):
+    if d.resolved:
         side = "higher" if ci.mean > 0 else "lower"
         tail = f"resolved ({d.arm.label} {side}" + (")" if d.head.info.kind == SCORE else ", a difference in mechanism, not a score)")
-        return f"{what} ({ci_text}): {tail}{small}"
-    seeds = (f"; about {d.seeds} seeds per arm would resolve a difference this large" if d.seeds
-             else "; no seed count resolves a difference this small" if d.seeds is None and ci.mean != 0 else "")
-    return f"{what} ({ci_text}): not resolved{seeds}{small}"
+        return f"{what} ({_interval(d, pre)}): {tail}{small}"
+    return f"{what} ({_interval(d, pre)}): {_unresolved(d)}{small}"
 
 
 def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:
@@ -210,11 +273,10 @@ def also_resolved(heads: list[Headline], chosen: list[Headline], diffs: dict) ->
     line per metric: `also resolved, training reward: DAPO - GRPO -0.031 (95% CI -0.05 to -0.012), ...`."""
     lines = []
     for h in (h for h in heads if h not in chosen):
-        found = [d for d in diffs[h.metric] if excludes_zero(d.ci)]
+        found = [d for d in diffs[h.metric] if d.resolved]
         if found:
             lines.append(f"also resolved, {h.info.label} ({h.reduce}): " + "; ".join(
-                f"{d.arm.label} - {d.base.label} {_signed(d.ci.mean)} (95% CI {_signed(d.ci.low)} to "
-                f"{_signed(d.ci.high)}, {d.ci.n} seeds)" for d in found))
+                f"{d.arm.label} - {d.base.label} {_signed(d.ci.mean)} ({_interval(d, '')})" for d in found))
     return lines
 
 
@@ -272,14 +334,36 @@ def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> l
     return blocks
 
 
-def _results(arms: list[Arm], heads: list[Headline], compared: list) -> list[Block]:
+def _noise(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]]) -> list[Block]:
+    """Held-out accuracy: the variance split (eval sampling vs training seed), the eval's cost, and the two-level
+    paired bootstrap of each difference; nothing when the runs did not record per-problem outcomes."""
+    held = [h for h in heads if M.EVAL.matches(h.metric) and h.metric.endswith("/" + M.EVAL_ACCURACY)]
+    if not held:
+        return []
+    split = split_table(arms, held[0])
+    if not len(split):
+        return []
+    blocks = [Block("h2", "Held-out accuracy: noise and cost"), Block("p", noise_text(arms)),
+              Block("table", table=split, id="noise")]
+    boot = bootstrap_table(diffs.get(held[0].metric, []))
+    if len(boot):
+        blocks.append(Block("table", table=boot))
+    return blocks
+
+
+def _results(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]]) -> list[Block]:
     blocks = [Block("h2", "Results"), Block("p", "Mean over seeds with a 95% Student-t interval across seeds, cut to the "
                                                "metric's valid range (how: t, or clipped where it was cut); '-' where "
-                                               "one seed gives no interval. Differences: Welch's 95% interval, the "
-                                               "seeds per arm that would resolve a difference of this size at 80% "
-                                               "power (two-sample t test at the observed pooled variance), and "
-                                               "P(better), the share of seed pairs in which the arm is higher; IQM: the interquartile "
-                                               "mean across seeds (rliable's robust aggregate).")]
+                                               "one seed gives no interval. Differences: the method (paired t on the "
+                                               "per-seed differences where the arms share their seeds, model, prompts "
+                                               "and held-out problems; Welch's otherwise), its 95% interval, Holm's "
+                                               "level and interval where several comparisons share the metric, "
+                                               "Welch's interval for comparison, the minimum detectable effect (the "
+                                               "smallest true difference these seeds resolve with 80% power), the "
+                                               "TOST interval (differences outside it are ruled out at 5%) and the "
+                                               "seeds per arm that would resolve the smallest effect of interest "
+                                               "with 80% power; P(better), the share of seed pairs in which the arm "
+                                               "is higher; IQM: the interquartile mean across seeds (rliable).")]
     runs = [r for a in arms for r in a.runs]
     for h in heads:
         table = arm_table(arms, h, valid_range(h.metric, runs)).rename(
@@ -287,9 +371,9 @@ def _results(arms: list[Arm], heads: list[Headline], compared: list) -> list[Blo
         kind = {SCORE: "a score: higher is better", MECHANISM: "a mechanism: what the algorithm does, neither "
                 "better nor worse"}.get(h.info.kind, "a cost")
         blocks += [Block("p", f"{h.title} [{h.metric}]: {kind}"), Block("table", table=table)]
-        diffs = diff_table(arms, h, compared)
-        if len(diffs):
-            blocks.append(Block("table", table=diffs.rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})))
+        if diffs.get(h.metric):
+            table = diff_table(diffs[h.metric]).rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
+            blocks.append(Block("table", table=table))
     return blocks
 
 

@@ -14,6 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from gspo.cli.main import app
 from gspo.conf.keys import free_form, schema_keys
+from gspo.conf.schema import VerdictConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -43,7 +44,8 @@ def _check_overrides(args: list[str]) -> None:
         key = o.key_or_group
         if o.is_hydra_override() or key in GROUPS or key == "preset" or o.is_add():
             continue
-        assert key in schema_keys() or free_form(key.rpartition(".")[0]), f"{key}: no such key"
+        verdict = key.startswith("verdict.") and key.removeprefix("verdict.") in VerdictConfig.__dataclass_fields__
+        assert key in schema_keys() or free_form(key.rpartition(".")[0]) or verdict, f"{key}: no such key"
 
 
 def _parse(args: list[str]) -> None:

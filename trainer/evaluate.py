@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,13 +29,46 @@ from gspo.trainer.tasks.registry import bench_options
 from gspo.trainer.tasks.task_types import Task, prompt_text
 
 
-def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True) -> dict[str, float]:
-    """Accuracy on the task's held-out items: sampled at the engine's temperature, and greedy."""
+@dataclass(frozen=True)
+class TaskEval:
+    """One held-out eval of the task: its metrics (accuracy: the mean over `k` samples per problem, avg@k, at
+    the engine's temperature; accuracy_greedy), and per problem, in the order of the task's eval items, how
+    many of its k samples were right (`correct`) and whether the greedy answer was (`correct_greedy`): what a
+    report needs to pair two runs by problem and to split the accuracy's variance into eval sampling and
+    training seed. `problems`: a fingerprint of the problems (prompts and answers), equal for equal sets."""
+
+    metrics: dict[str, float]
+    k: int
+    correct: list[int]
+    correct_greedy: list[int] | None
+    problems: str
+    seconds: float  # generating and grading, sampled and greedy
+
+
+def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True,
+              k: int = 1) -> TaskEval:
+    """Accuracy on the task's held-out items: k samples each at the engine's temperature (avg@k; prompt i's
+    j-th sample draws as row i * k + j of one batch, so k = 1 is the single-sample eval), and greedy."""
+    start = time.perf_counter()
     golds = [it.gold for it in task.eval_items]
-    out = {"accuracy": _accuracy(engine.generate(prompts, seed=seed).texts, golds, task)}
+    texts = engine.generate([p for p in prompts for _ in range(k)], seed=seed).texts
+    right = task.rewards(texts, [g for g in golds for _ in range(k)])
+    # [n problems]: samples right out of k (a reward of 1 is right; partial credit counts by its value)
+    correct = [int(round(sum(right[i * k:(i + 1) * k]))) for i in range(len(golds))]
+    metrics = {"accuracy": sum(right) / max(1, len(right))}
+    correct_greedy = None
     if greedy:
-        out["accuracy_greedy"] = _accuracy(engine.generate(prompts, seed=seed, greedy=True).texts, golds, task)
-    return out
+        right_greedy = task.rewards(engine.generate(prompts, seed=seed, greedy=True).texts, golds)
+        correct_greedy = [int(round(r)) for r in right_greedy]
+        metrics["accuracy_greedy"] = sum(right_greedy) / max(1, len(golds))
+    return TaskEval(metrics, k, correct, correct_greedy, problems_fingerprint(prompts, golds),
+                    time.perf_counter() - start)
+
+
+def problems_fingerprint(prompts: list[str], golds: list[str]) -> str:
+    """sha256 (first 16 hex digits) of the problems, prompts and answers in order."""
+    digest = hashlib.sha256(json.dumps([prompts, golds]).encode())
+    return digest.hexdigest()[:16]
 
 
 def eval_rows(benchmark: str, metrics: dict[str, float], *, source: str, **settings) -> list[dict]:
@@ -48,17 +83,18 @@ def eval_rows(benchmark: str, metrics: dict[str, float], *, source: str, **setti
             for m, v in metrics.items() if not is_count(m)]
 
 
-def task_eval_rows(name: str, metrics: dict[str, float], *, temperature: float, **settings) -> list[dict]:
+def task_eval_rows(name: str, result: TaskEval, *, temperature: float, **settings) -> list[dict]:
     """The held-out task eval in the benchmark vocabulary: its sampled accuracy is pass@1 at the training
-    temperature, its greedy accuracy pass@1 at temperature 0 (metrics.jsonl keeps accuracy/accuracy_greedy)."""
-    rows = eval_rows(name, {"pass@1": metrics["accuracy"]}, k=1, temperature=temperature, **settings)
-    if "accuracy_greedy" in metrics:
-        rows += eval_rows(name, {"pass@1": metrics["accuracy_greedy"]}, k=1, temperature=0.0, **settings)
+    temperature estimated from k samples per problem (avg@k), its greedy accuracy pass@1 at temperature 0
+    (metrics.jsonl keeps accuracy/accuracy_greedy). Each row carries its per-problem outcomes (`correct`:
+    samples right of k, per problem) and the problems' fingerprint (`problems`), for a paired report."""
+    per = {"problems": result.problems}
+    rows = eval_rows(name, {"pass@1": result.metrics["accuracy"]}, k=result.k, temperature=temperature,
+                     **settings, **per, correct=result.correct)
+    if result.correct_greedy is not None:
+        rows += eval_rows(name, {"pass@1": result.metrics["accuracy_greedy"]}, k=1, temperature=0.0, **settings,
+                          **per, correct=result.correct_greedy)
     return rows
-
-
-def _accuracy(texts: list[str], golds: list[str], task: Task) -> float:
-    return sum(task.rewards(texts, golds)) / max(1, len(golds))
 
 
 def _bench_prompts(tokenizer, problems, *, chat: bool, k: int) -> list[str]:

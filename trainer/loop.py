@@ -385,14 +385,15 @@ def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Logger
     """Held-out accuracy of the task (sampled at the training temperature, and greedy), then any
     configured benchmarks (`eval.benches`) through the same function as `gspo eval`."""
     prompts = format_prompts(engine.tokenizer, task.eval_items, chat=cfg.model.chat_template)
-    task_metrics = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy)
-    loggers.evals(task_eval_rows(task.name, task_metrics, temperature=cfg.rollout.temperature, n_problems=len(prompts),
+    held_out = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy,
+                         k=cfg.train.eval_k)
+    loggers.evals(task_eval_rows(task.name, held_out, temperature=cfg.rollout.temperature, n_problems=len(prompts),
                                  max_new_tokens=cfg.rollout.max_new_tokens, step=step, model=cfg.model.name,
                                  top_p=cfg.rollout.top_p, source="train"))
     bench_metrics, rows, samples = eval_benchmarks(cfg, engine, benches, step)
     loggers.evals(rows, samples)
-    results = {task.name: task_metrics, **bench_metrics}
-    row = {}
+    results = {task.name: held_out.metrics, **bench_metrics}
+    row = {TIME_PHASE.format("eval"): held_out.seconds}  # the held-out task eval's cost (a report sets it beside its noise)
     for name, metrics in results.items():
         log(f"step {step}: " + ", ".join(f"{EVAL.format(name, k)} {v:.3f}" for k, v in metrics.items()))
         row |= {EVAL.format(name, k): v for k, v in metrics.items()}

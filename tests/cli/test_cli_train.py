@@ -73,6 +73,10 @@ def test_two_step_run_directory(finished_run):
     assert accuracy[(2, "pass@1", 0.0)] == rows[2][EVAL.replace("accuracy", "accuracy_greedy")]
     assert all((e["k"], e["top_p"], e["max_new_tokens"]) == (1, 1.0, 16) for e in evals)
     assert {e["n_problems"] for e in evals} == {8}  # task.eval_size
+    # per problem, the samples right (of k = 1) and the problems' fingerprint, what a paired report reads
+    assert all(len(e["correct"]) == 8 and sum(e["correct"]) / 8 == e["value"] for e in evals)
+    assert len({e["problems"] for e in evals}) == 1
+    assert [("time/eval_s" in r) for r in rows] == [True, False, True] and rows[0]["time/eval_s"] > 0
 
     samples = read_jsonl(run / "samples.jsonl")
     assert {s["step"] for s in samples} == {1, 2}

@@ -95,8 +95,13 @@ def test_eval_arith_agrees_with_the_training_eval(gspo, finished_run, tmp_path):
     texts = engine.generate(prompts, seed=0, greedy=True).texts
     rewards = task.rewards(texts, [it.gold for it in task.eval_items])
     right = {it.prompt for it, r in zip(task.eval_items, rewards, strict=True) if r == 1.0}
-    trainer_accuracy = eval_task(engine, task, prompts, seed=0)["accuracy_greedy"]
+    trainer_accuracy = eval_task(engine, task, prompts, seed=0).metrics["accuracy_greedy"]
     assert 0 < trainer_accuracy < 1 and trainer_accuracy == len(right) / 8
+    # avg@k: k samples per problem, counted per problem; the accuracy is their mean over all n * k samples
+    many, one = (eval_task(engine, task, prompts, seed=0, greedy=False, k=k) for k in (4, 1))
+    assert (many.k, len(many.correct), many.correct_greedy) == (4, 8, None) and all(0 <= c <= 4 for c in many.correct)
+    assert many.metrics["accuracy"] == sum(many.correct) / 32 and one.metrics["accuracy"] == sum(one.correct) / 8
+    assert many.problems == one.problems and many.seconds > 0
 
     result = gspo.invoke("eval", f"eval.run={run}", "eval.benches=[arith]", "eval.greedy=true")
     assert result.exit_code == 0, (result.exception, result.output)

@@ -46,9 +46,12 @@ def test_markdown_opens_with_the_verdict_then_the_forest_plot(compare_report):
     first = md.split("\n## ")[0]  # everything before the first section heading
     assert first.startswith("# gspo report: GRPO, GSPO on arith (tiny)")
     assert "- held-out accuracy: GSPO - GRPO = " in first and "![forest plot" in first
-    assert re.search(r"- clipped tokens: GSPO [\d.]+ vs GRPO [\d.]+ \(\d+x; difference \+[\d.]+, 95% CI .*: resolved "
+    assert re.search(r"- clipped tokens: GSPO [\d.]+ vs GRPO [\d.]+ \(\d+x; difference \+[\d.]+, paired t, 3 seeds: 95% CI .*: resolved "
                      r"\(GSPO higher, a difference in mechanism, not a score\)", first)
-    assert re.search(r"not resolved; about \d+ seeds per arm would resolve a difference this large", first)
+    assert re.search(r"- held-out accuracy: GSPO - GRPO = [+-][\d.]+ \(paired t, 3 seeds: 95% CI [+-][\d.]+ to [+-][\d.]+; "
+                     r"Welch [+-][\d.]+ to [+-][\d.]+\): not resolved; within [+-][\d.]+ to [+-][\d.]+ \(TOST\), so not "
+                     r"shown equivalent within \+-0.02; MDE [\d.]+; ~\d+ seeds/arm for 0.02", first)
+    assert "post-hoc" not in md and "would resolve a difference this large" not in md
     assert md.index("## Key curves") < md.index("## Setup") < md.index("## Results")
     assert "<details><summary>Every other shared setting" in md
 
@@ -80,23 +83,23 @@ def test_verdict_and_forest_plot_are_within_the_first_screen(page, compare_repor
     assert f'data-images-loaded="{n_images}"' in dom and 'data-images-broken="0"' in dom
 
 
-def test_seeds_needed_equals_a_hand_computation():
-    """Two-sample t test, equal n per arm, two-sided alpha 0.05, power 0.8, d = |mean(a) - mean(b)| / s_pooled.
-    Hand computation (Cohen 1988, table 2.4.1; G*Power gives the same): d = 0.5 -> 64 per group, d = 0.8 -> 26,
-    d = 1.0 -> 17. The normal approximation 2 (z_0.975 + z_0.8)^2 / d^2 = 2 (1.960 + 0.8416)^2 / 0.25 = 62.8
-    lands just below the exact t answer, as it must."""
-    from gspo.report.stats import pooled_sd, seeds_needed, t_test_power
+def test_seeds_for_an_effect_equals_a_hand_computation():
+    """Two-sample t test, equal n per arm, two-sided alpha 0.05, power 0.8, d = effect / s_pooled. Hand computation
+    (Cohen 1988, table 2.4.1; G*Power gives the same): d = 0.5 -> 64 per group, d = 0.8 -> 26, d = 1.0 -> 17. The
+    normal approximation 2 (z_0.975 + z_0.8)^2 / d^2 = 2 (1.960 + 0.8416)^2 / 0.25 = 62.8 lands just below the
+    exact t answer, as it must."""
+    from gspo.report.power import power, seeds_for
+    from gspo.report.stats import diff_ci
 
     a = [0.0, 1.0, 2.0]  # mean 1, sd 1
-    for shift, expected in ((0.5, 64), (0.8, 26), (1.0, 17)):
-        b = [v + shift for v in a]  # mean 1 + shift, sd 1: pooled sd 1, d = shift
-        assert pooled_sd(a, b) == pytest.approx(1.0)
-        assert seeds_needed(b, a) == expected
-        assert t_test_power(shift, expected) >= 0.8 > t_test_power(shift, expected - 1)
+    welch = diff_ci(a, [v + 0.3 for v in a])  # pooled sd 1: se sqrt(2/3)
+    for effect, expected in ((0.5, 64), (0.8, 26), (1.0, 17)):
+        assert seeds_for(effect, welch, paired=False) == expected
+        se = math.sqrt(2 / expected)  # at n per arm, pooled sd 1
+        assert power(effect, se, 2 * expected - 2) >= 0.8 > power(effect, math.sqrt(2 / (expected - 1)), 2 * expected - 4)
     assert 2 * (1.959964 + 0.841621) ** 2 / 0.25 == pytest.approx(62.8, abs=0.05)
-    assert t_test_power(0.5, 64) == pytest.approx(0.8015, abs=1e-4)  # G*Power's actual power at n = 64
-    assert seeds_needed([0.3, 0.4, 0.5], [0.3, 0.4, 0.5], delta=0.1) == 17  # a size the user names: sd 0.1, d = 1
-    assert seeds_needed([0.3], [0.4]) is None and seeds_needed([0.3, 0.4], [0.3, 0.4]) is None  # no estimate
+    assert power(0.5, math.sqrt(2 / 64), 126) == pytest.approx(0.8015, abs=1e-4)  # G*Power's actual power at n = 64
+    assert seeds_for(0.1, diff_ci([0.3], [0.4]), paired=False) is None  # one seed: no estimate
 
 
 def test_statistics_come_from_scipy_and_match_known_values():
@@ -125,9 +128,12 @@ def test_small_n_and_ties_are_said_in_words(tmp_path):
     assert "the seeds tied exactly, so the interval has zero width" in verdict_line(tie)
     one = Difference(head, gspo, grpo, Interval(0.1, math.nan, math.nan, 1), 0.4, 0.3, None, 1.0)
     assert "one seed per arm: no interval" in verdict_line(one)
-    two = Difference(head, gspo, grpo, Interval(0.3, -0.15, 0.74, 2), 0.6, 0.3, 9, 0.75)
+    # two seeds, Welch: se 0.05, df 1.9 (a made-up interval: the line reads what the Difference holds)
+    two = Difference(head, gspo, grpo, Interval(0.3, -0.15, 0.74, 2, se=0.1, df=1), 0.6, 0.3, 9, 0.75,
+                     why_unpaired="the arms' seeds differ (GSPO: 0,1; GRPO: 0,2)", effect=0.02)
     line = verdict_line(two)
-    assert "not resolved; about 9 seeds per arm" in line and "only 2 seeds" in line
+    assert "(Welch, unpaired: the arms' seeds differ (GSPO: 0,1; GRPO: 0,2), 2 seeds: 95% CI -0.15 to +0.74)" in line
+    assert "not resolved" in line and "~9 seeds/arm for 0.02" in line and "only 2 seeds" in line
     runs = [fake_run(tmp_path / "runs", "grpo", 0), fake_run(tmp_path / "runs", "gspo", 0)]
     report = write_report(runs, tmp_path / "out", wandb="disabled")
     assert any("one seed per arm: no interval" in v for v in report.verdict)
@@ -160,10 +166,19 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
     assert len(also) == 1 and also[0].startswith("also resolved, clipped tokens (mean): GSPO lr=0.0001 - GRPO lr=0.0001 +0.2")
     assert also[0].count(" - GRPO lr=") == 3
     assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 | GRPO lr=0.0007 | 0.4 |" in table
+    # more than two arms: which objective, best first, intervals cut to [0, 1], unresolved differences as ties
+    which = md.split("## Which objective")[1].split("## Key curves")[0]
+    rows = [line for line in which.splitlines() if line.startswith("| G")]
+    means = [float(line.split(" | ")[1]) for line in rows]
+    assert len(rows) == 6 and means == sorted(means, reverse=True)
+    assert "| GRPO lr=0.0007 |" in rows[-1] and "tie with GRPO lr=0.0001" in which and "| baseline |" in which
+    assert all(0 <= float(c) <= 1 for line in rows for c in line.split(" | ")[2:4])
     summary = pd.read_csv(out / "summary.csv")
     top = summary[(summary["train.lr"] == 7e-4) & (summary["algo.name"] == "gspo")]
     assert top["baseline"].tolist() == ["GRPO lr=0.0007"] * 3
-    assert top["eval/arith/accuracy seeds_needed"].notna().all()  # not resolved: how many seeds would
+    # not resolved: how many seeds the effect of interest needs (a collapse in one GSPO seed: none that reach it)
+    assert re.search(r"(~\d+ seeds/arm for 0.02|no seed count resolves 0.02)$", report.verdict[2])
+    assert set(top["eval/arith/accuracy diff method"]) == {"paired t"}
 
 
 def test_compare_folds_gspo_token_where_it_equals_gspo_and_refuses_on_policy():
