@@ -41,7 +41,7 @@ def _metrics(run: Path) -> list[dict]:
 def test_two_step_run_directory(finished_run):
     run = finished_run
     assert sorted(p.name for p in run.iterdir()) == [
-        "checkpoints", "config.yaml", "evals.jsonl", "metrics.jsonl", "run.json", "samples.jsonl"]
+        "checkpoints", "config.yaml", "estimator.txt", "evals.jsonl", "metrics.jsonl", "run.json", "samples.jsonl"]
 
     # config.yaml: fully resolved, and valid against the schema
     text = (run / "config.yaml").read_text()
