@@ -38,6 +38,19 @@ def test_train_the_embedded_model_on_cuda_and_resume(gspo, tmp_path, precision):
     _check_trained(run, 3)
 
 
+FAMILY = ["grpo", "gspo", "gspo_token", "gspo_token_step", "dapo", "dr_grpo", "gmpo", "cispo", "sapo", "dppo_tv",
+          "dppo_kl", "opsm", "maxrl", "gdpo"]  # every preset of conf/algo but grpo_replay (it needs an MoE model)
+
+
+@pytest.mark.parametrize("algo", FAMILY)
+def test_every_algorithm_trains_in_bf16_on_cuda(gspo, tmp_path, algo):
+    """Each member's loss, advantage and corrections on CUDA tensors in bf16 autocast, with a bf16 sampler whose
+    log-probs stand for pi_old (so the ratios and the TIS correction see a real mismatch)."""
+    run = gspo.train(tmp_path, algo, *SHORT, f"algo={algo}", "train.precision=bf16", "train.save_every=0",
+                     "rollout.dtype=bfloat16", "algo.old_logp_source=engine", "algo.correction.kind=tis")
+    _check_trained(run, 2)
+
+
 def test_train_lora_adapters_on_cuda(gspo, tmp_path):
     run = gspo.train(tmp_path, "lora", *SHORT, "model.lora.r=8", "algo.kl_beta=0.05", "train.precision=bf16")
     _check_trained(run, 2)
