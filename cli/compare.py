@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from importlib import resources
+from shlex import quote
 
 import typer
 from omegaconf import OmegaConf
@@ -65,7 +66,9 @@ def compare_cmd(
     write the report and print its verdict."""
     name, rest = pick_preset(list(overrides or []))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),
-                          preset_params=sweep_params(presets()[name]), report_hint=False)
+                          preset_params=sweep_params(presets()[name]), report_hint=False,
+                          again=" ".join(["gspo compare", *(quote(o) for o in overrides or []
+                                                            if not o.startswith("hydra.sweep.dir="))]))
     out = sweep_dir / "report"
     print_report(write_report([sweep_dir], out, command=f"gspo compare {' '.join(overrides or [])}".strip(),
                               progress=sys.stderr.isatty()))
