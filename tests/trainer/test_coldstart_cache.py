@@ -137,7 +137,8 @@ import os, signal, sys
 sys.path.insert(0, sys.argv[3])
 from conftest import TINY
 from gspo.conf import compose_config
-from gspo.trainer import coldstart, rundir
+from gspo.trainer import coldstart
+from gspo.trainer.run import rundir
 from gspo.trainer.policy import tiny_spec
 
 cache, moment = sys.argv[1], sys.argv[2]
