@@ -128,10 +128,9 @@ def final_notes(runs: list[Run], heads: list[Headline]) -> list[str]:
     for r in runs:
         for h in [h for h in heads if h.reduce == "final"]:
             step = final_step(r, h.metric)
-            if step is not None and step < r.last_step:
-                why = " (stopped early: " + str(r.status["stopped"]) + ")" if r.status.get("stopped") else ""
+            if step is not None and step < r.last_step and r.status.get("stopped"):  # no eval where it stopped
                 notes.append(f"{r.run_id}: its final {h.metric} is from step {step}, not its last step {r.last_step}"
-                             f"{why}; the tables use the step-{step} value")
+                             f" (stopped early: {r.status['stopped']}); the tables use the step-{step} value")
             elif step is not None and math.isnan(final_value(r, h.metric)):
                 notes.append(f"{r.run_id}: its final {h.metric} (step {step}) is missing (null, NaN or not a number); "
                              "the tables leave the run out of that metric, never using an earlier value")

@@ -206,11 +206,12 @@ def test_resume_reads_a_damaged_run_or_says_one_line(tree, case):
 
 def test_a_full_report_of_every_damage_at_once(gspo, tree, tmp_path):
     """Infinity in a final (before: the forest plot raised and the whole report was lost), a null final,
-    "step": "2", a run.json of the wrong type and a damaged job record: the page is written, each said."""
+    -Infinity in a training metric, a run.json of the wrong type and a damaged sweep.json: the page is written,
+    each said."""
     runs = sorted((tree / "runs").iterdir())
     RUN_DAMAGES["metrics final Infinity"](runs[1])
     RUN_DAMAGES["metrics final null"](runs[2])
-    RUN_DAMAGES["metrics step as text"](runs[3])
+    RUN_DAMAGES["metrics reward -Infinity"](runs[3])  # (a step's row made unreadable would cut every run there)
     RUN_DAMAGES["run.json a list"](runs[3])
     (tree / "sweep" / "sweep.json").write_text("[]")
     out = tmp_path / "out"
@@ -218,8 +219,10 @@ def test_a_full_report_of_every_damage_at_once(gspo, tree, tmp_path):
     assert result.exit_code == 0, (result.exception, result.output)
     assert (out / "report.html").is_file() and (out / "forest.png").is_file()
     notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note:")]
-    for words in (f"{runs[1].name}: its final {ACC} (step 2) is missing", f"{runs[2].name}: its final {ACC} (step 2) is missing",
-                  f"{runs[3].name}: metrics.jsonl has 1 line(s) that are not whole rows",
+    # a missing final makes the page compare every run at the last eval all runs have (report/comparable.py)
+    assert "held-out accuracy as of step 0, the last eval every run has" in result.stdout
+    for words in (f"{runs[1].name}: 1 logged value(s) in metrics.jsonl are no finite number",
+                  f"{runs[3].name}: 1 logged value(s) in metrics.jsonl are no finite number",
                   f"{runs[3].name}: run.json is unreadable (holds a JSON list, not an object)",
                   f"{tree / 'sweep' / 'sweep.json'}: holds a JSON list, not an object"):
         assert any(words in n for n in notes), (words, notes)
