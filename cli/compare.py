@@ -23,6 +23,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from shlex import quote
 
 import typer
 from omegaconf import OmegaConf
@@ -89,7 +90,9 @@ def compare_cmd(
         compare_until(name, rest, verdict, command)
         return
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),
-                          preset_params=sweep_params(presets()[name]), report_hint=False)
+                          preset_params=sweep_params(presets()[name]), report_hint=False,
+                          again=" ".join(["gspo compare", *(quote(o) for o in overrides or []
+                                                            if not o.startswith("hydra.sweep.dir="))]))
     print_report(write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
                               effect=verdict.effect))
 

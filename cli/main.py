@@ -82,9 +82,9 @@ def train(
     from gspo.trainer.loop import train as run_training
 
 
-    # always say how to resume, and where an offline W&B run is
+    # always say how to resume, where an offline W&B run is, and a note (a damaged cache rebuilt)
     # quiet still says why a short run takes minutes: a new cold start for changed settings
-    log = _log if not quiet else (lambda m: _log(m) if m.startswith(("interrupted:", "W&B offline run:",
+    log = _log if not quiet else (lambda m: _log(m) if m.startswith(("interrupted:", "W&B offline run:", "note:",
                                                                     "cold start: none cached")) else None)
     try:
         run_dir = run_training(config, log=log)

@@ -24,11 +24,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import secrets
 import sys
 import threading
 import time
 from importlib import resources
 from pathlib import Path
+from shlex import quote
 
 import hydra
 import typer
@@ -42,8 +45,10 @@ from gspo.conf.compose import run_config
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
+from gspo.conf.resume import continued_config
 from gspo.conf.schema import register_configs
 from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
+from gspo.trainer.run.records import RecordError, read_sweep_plan, relative_run_dir
 from gspo.trainer.run.rundir import atomic_write_text, read_jsonl_lines, read_status
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
@@ -53,13 +58,15 @@ INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
 def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
-              preset_params: dict[str, str] | None = None, report_hint: bool = True) -> Path:
+              preset_params: dict[str, str] | None = None, report_hint: bool = True,
+              again: str | None = None) -> Path:
     """Run every job of the sweep; print where the runs are and (`report_hint`; not when the caller writes the
     report itself, as `gspo compare` does) the report command. Returns the sweep dir.
     `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output).
     A training sweep run again with the same folder (hydra.sweep.dir=) and overrides resumes it: the
     sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones resumed.
-    `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN)."""
+    `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN). `again`: the command
+    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`)."""
     register_configs()
     overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     resume = [a for a in overrides if a.startswith("resume=")]
@@ -70,9 +77,11 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
         overrides, folded = fold_equal_arms(overrides, preset_params)
         for note in folded:
             typer.echo(f"note: {note}", err=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = new_stamp()
     given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
-    sweep_dir = Path(given[-1] if given else f"results/sweeps/{stamp}")
+    sweep_dir = Path(sweep_folder(given[-1]) if given else f"results/sweeps/{stamp}")
+    overrides = [a for a in overrides if not a.startswith("hydra.sweep.dir=")] + ([f"hydra.sweep.dir={sweep_dir}"]
+                                                                                  if given else [])
     if command == "train":
         stamp = _plan(sweep_dir, overrides, stamp, preset_params, resume=bool(resume))
     elif resume:
@@ -85,9 +94,10 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
         _job()
     except KeyboardInterrupt:
         if command == "train":
+            head = again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
+                                                     and not a.startswith(("hydra.sweep.dir=", "resume=")))
             typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): "
-                       f"gspo sweep {' '.join(a for a in overrides if not a.startswith('hydra.sweep.dir='))} "
-                       f"hydra.sweep.dir={sweep_dir}", err=True)
+                       f"{head} {quote(f'hydra.sweep.dir={sweep_dir}')}", err=True)
         raise
     if command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
@@ -97,8 +107,27 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     for run in runs:
         typer.echo(f"  {run}")
     if report_hint:
-        typer.echo(f"compare them: gspo report {sweep_dir} --out {sweep_dir / 'report'}")
+        typer.echo(f"compare them: gspo report {quote(str(sweep_dir))} --out {quote(str(sweep_dir / 'report'))}")
     return sweep_dir
+
+
+def new_stamp() -> str:
+    """A new sweep's stamp (its default folder, and every job's run id): the time, and a random part, so two
+    sweeps started in the same second never share a folder or a run."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}_{secrets.token_hex(3)}"
+
+
+_NOW = re.compile(r"\$\{now:([^}]*)\}")
+
+
+def sweep_folder(given: str) -> str:
+    """hydra.sweep.dir= as the sweep's folder: `${now:FORMAT}` is the time now (as Hydra's own default uses
+    it); any other interpolation is one line, never a literal `${...}` folder."""
+    folder = _NOW.sub(lambda m: time.strftime(m.group(1)), given)
+    if "${" in folder:
+        raise GspoError(f"hydra.sweep.dir={given}: only ${{now:FORMAT}} is filled in here (the sweep's folder is made "
+                        "before Hydra starts); give a plain path")
+    return folder
 
 
 def _given(key: str, overrides: list[str], params: dict[str, str]) -> str | None:
@@ -136,14 +165,10 @@ def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, s
     plan_file = sweep_dir / SWEEP_PLAN
     mine = [o for o in overrides if not o.startswith("hydra.sweep.dir=")]
     plan = {"overrides": mine, "params": params or {}, "stamp": stamp, "jobs": planned_jobs(overrides, params)}
-    if plan_file.is_file():
-        try:
-            old = json.loads(plan_file.read_text())
-        except ValueError:
-            raise GspoError(f"{plan_file} is unreadable: this folder's sweep cannot be resumed; use another "
-                            "hydra.sweep.dir=") from None
+    old = read_sweep_plan(sweep_dir)  # a damaged sweep.json is one line naming it and the field
+    if old is not None:
         if (old.get("overrides"), old.get("params") or {}) != (mine, plan["params"]):
-            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(old.get('overrides', []))}): "
+            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(map(str, old['overrides']))}): "
                             "run this one in another folder, or the same overrides to resume that one")
         typer.echo(f"sweep: resuming {sweep_dir} (finished jobs are skipped, interrupted ones resumed)", err=True)
         return old["stamp"]
@@ -206,7 +231,10 @@ def _name_job(cfg: DictConfig, job) -> None:
 
 
 def _record(hc, record: dict) -> None:
-    atomic_write_text(Path(hc.sweep.dir) / SWEEP_RUNS / f"{hc.job.num}.json", json.dumps(record) + "\n")
+    """runs/<job>.json, its run_dir relative to the sweep folder (a copied or moved tree reads its own runs)."""
+    sweep_dir = Path(hc.sweep.dir)
+    record = record | {"run_dir": relative_run_dir(sweep_dir, Path(record["run_dir"]))}
+    atomic_write_text(sweep_dir / SWEEP_RUNS / f"{hc.job.num}.json", json.dumps(record) + "\n")
 
 
 def _planned(hc) -> str | None:
@@ -276,8 +304,8 @@ def _clock(seconds: float) -> str:
 
 def _plan_jobs(hc) -> list | None:
     try:
-        return json.loads((Path(hc.sweep.dir) / SWEEP_PLAN).read_text()).get("jobs") or None
-    except (OSError, ValueError):
+        return (read_sweep_plan(Path(hc.sweep.dir)) or {}).get("jobs") or None
+    except RecordError:
         return None
 
 
@@ -320,8 +348,9 @@ def _job(cfg: DictConfig) -> float:
             if main:
                 typer.echo(f"{where}: {said} -> {run_dir} finished already, skipped", err=True)
             return run_value(load_run(run_dir), objective, "final")
-        with open_dict(cfg):
-            cfg.resume = (run_dir / "config.yaml").is_file()  # an earlier attempt's run, interrupted or died
+        if (run_dir / "config.yaml").is_file():  # an earlier attempt's run, interrupted or died: its own config
+            cfg = continued_config(cfg, run_dir)
+            _name_job(cfg, hc.job)  # W&B group and tags as this sweep names them
         record = {"run_dir": str(run_dir), "overrides": said, "pid": os.getpid(), "started": time.time(),
                   "attempts": _attempts(hc) if main else []}
         if main:

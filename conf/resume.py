@@ -10,8 +10,10 @@ naming the key, unless it repeats the run's own value.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -36,6 +38,8 @@ def expand_resume_dir(overrides: list[str]) -> list[str]:
     if any(o.startswith(("run_id=", "output_dir=")) for o in overrides):
         raise GspoError("resume=<run dir> names the run already: drop run_id= and output_dir=")
     run = Path(values[-1]).expanduser()
+    if run.name in ("", "..") or values[-1].rstrip("/").endswith("/."):  # resume=. or resume=..: the folder named
+        run = Path(os.path.abspath(run))
     rest = [o for o in overrides if not o.startswith("resume=")]
     return [*rest, "resume=true", f"run_id={run.name}", f"output_dir={run.parent}"]
 
@@ -58,6 +62,43 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
                 f"on resume only {', '.join(EXTENDS[:-3])} may change; start a new run_id to change {key}")
     saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
     return saved
+
+
+def continued_config(composed: DictConfig, path: Path) -> DictConfig:
+    """A sweep job whose run exists (an interrupted or dead attempt): the run's saved config, as `gspo train
+    resume=` gives it. The sweep's overrides are the run's (sweep.json); a key the sweep now composes
+    differently (an edited preset, a default changed by an update) would mix two configs in one run: refused,
+    naming the keys, unless resume may change it (EXTENDS: applied, as on `gspo train resume=`)."""
+    saved = saved_config(path, f"the sweep's job for {path}")
+    now, was = _flat(composed), _flat(saved)
+    changed = [k for k in sorted(now.keys() | was.keys()) if now.get(k, _ABSENT) != was.get(k, _ABSENT)]
+    mixed = [k for k in changed if not _extends(k)]
+    if mixed:
+        said = ", ".join(f"{k}={_show(was.get(k))} -> {_show(now.get(k))}" for k in mixed[:6])
+        more = f" and {len(mixed) - 6} more" if len(mixed) > 6 else ""
+        raise GspoError(f"{path}: the sweep now composes another config than this run started with ({said}{more}: a "
+                        "preset or a default changed); resuming would mix the two in one run: restore them, or run "
+                        "the sweep in a new hydra.sweep.dir=")
+    for key in changed:
+        if key == "train.steps":
+            _check_steps(saved, composed.train.steps, path)
+        if key in now:
+            OmegaConf.update(saved, key, OmegaConf.select(composed, key), merge=False)
+    saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
+    return saved
+
+
+_ABSENT = object()
+
+
+def _flat(cfg: DictConfig) -> dict:
+    """{"train.lr": 1e-4, ...}: every leaf of `cfg`, resolved."""
+    def leaves(node, prefix: str) -> dict:
+        if isinstance(node, dict) and node:
+            return {k: v for key, value in node.items() for k, v in leaves(value, f"{prefix}{key}.").items()}
+        return {prefix[:-1]: node}
+
+    return leaves(OmegaConf.to_container(cfg, resolve=True), "")
 
 
 def _check_steps(saved: DictConfig, steps, path: Path) -> None:
@@ -95,12 +136,18 @@ def saved_config(path: Path, given: str) -> DictConfig:
         raise GspoError(f"{given} but there is no run at {path} (no config.yaml): not a run directory")
     try:
         return OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path / "config.yaml"))
-    except (OmegaConfBaseException, OSError, ValueError) as e:
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as e:
         raise GspoError(f"cannot read {path / 'config.yaml'}: {str(e).splitlines()[0]}") from None
 
 
 def _override_keys(overrides: list[str]) -> list[str]:
     return [o.key_or_group for o in OverridesParser.create().parse_overrides(overrides)]
+
+
+def trajectory_neutral(key: str) -> bool:
+    """A key a resume may change without changing what is trained (EXTENDS, but for train.steps, the run's
+    length): runs that differ only in such keys are one arm of a report."""
+    return key != "train.steps" and _extends(key)
 
 
 def _extends(key: str) -> bool:

@@ -2,7 +2,8 @@
 
 A key joins the arm label when its value differs between runs and is not already implied by the keys
 before it (algo.name comes first, so GRPO's and GSPO's clip ranges, which follow from the algorithm,
-do not clutter the label). Bookkeeping keys (seed, run id, output folder, logging) never make arms.
+do not clutter the label). Bookkeeping keys (seed, run id, output folder, logging) and the keys a resume may
+change never make arms.
 Runs that are not one experiment (another task setting, model, cold start or length) are refused, naming
 the key (report/comparable.py).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gspo.conf.resume import trajectory_neutral
 from gspo.report.comparable import check_comparable
 from gspo.report.runs import Run
 
@@ -38,7 +40,9 @@ class Arm:
 
 
 def _comparable(key: str) -> bool:
-    return key not in REPLICATE_KEYS and not key.startswith(BOOKKEEPING)
+    """Keys that can make arms: not the seed, bookkeeping, or a key a resume may change (conf/resume.py: a
+    run resumed with train.keep_checkpoints=2 trained what it would have without it)."""
+    return key not in REPLICATE_KEYS and not key.startswith(BOOKKEEPING) and not trajectory_neutral(key)
 
 
 def differing_keys(runs: list[Run]) -> list[str]:

@@ -105,7 +105,14 @@ def _cut(run: Run, last: dict[str, int]) -> Run:
     status = dict(run.status)
     if (status.get("collapsed") or {}).get("step", -1) > end:  # it collapsed after the step compared
         status.pop("collapsed")
-    return dataclasses.replace(run, metrics=m, status=status)
+    final_steps = {}  # where each final now is: the logged step, or the last value at or before the cut
+    for col, step in run.final_steps.items():
+        cap = last.get(col, end)
+        if step <= cap:
+            final_steps[col] = step
+        elif (kept := _last_logged(run, col, cap)) is not None:
+            final_steps[col] = kept
+    return dataclasses.replace(run, metrics=m, status=status, final_steps=final_steps)
 
 
 def _last_logged(run: Run, col: str, upto: int) -> int | None:

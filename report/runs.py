@@ -9,21 +9,30 @@ unreadable run.json as "unreadable".
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from shlex import quote
 
 import pandas as pd
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import Config
+from gspo.trainer.run.records import (
+    SWEEP_PLAN,
+    SWEEP_RUNS,
+    RecordError,
+    finite_or_none,
+    job_run_dir,
+    read_sweep_job,
+    read_sweep_plan,
+)
 from gspo.trainer.run.rundir import read_jsonl_lines, read_status
 
 _STEP = re.compile(r'\{"step": (\d+)')  # how every metrics row begins (Loggers.metrics)
-SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended", "attempts"} of that job
-SWEEP_PLAN = "sweep.json"  # <sweep dir>/sweep.json: {"overrides", "params", "stamp", "jobs"}: what the sweep runs
 
 
 @dataclass
@@ -34,6 +43,8 @@ class Run:
     metrics: pd.DataFrame  # one row per step, indexed by position, column "step" included
     torn_lines: int  # lines of metrics.jsonl that are not whole JSON rows (a run killed mid-write)
     torn_steps: tuple[int, ...] = ()  # the steps those lines begin to name, where they name one
+    final_steps: dict[str, int] = field(default_factory=dict)  # each metric's last step that logged it (even as null)
+    not_numbers: int = 0  # logged values that are no finite number (NaN, Infinity, text): read as missing
 
     @property
     def run_id(self) -> str:
@@ -56,12 +67,34 @@ def flatten(node, prefix: str = "") -> dict:
     return out
 
 
-def _metrics(path: Path) -> tuple[pd.DataFrame, list[str]]:
+def _metrics(path: Path) -> tuple[pd.DataFrame, list[str], dict[str, int], int]:
+    """(one row per step, the unreadable lines, each metric's last logged step, the values read as missing):
+    a value that is no finite number (NaN, Infinity, text) is missing, never a number the tables would use."""
     rows, bad = read_jsonl_lines(path)
-    frame = pd.DataFrame(rows)
+    final_steps: dict[str, int] = {}
+    clean, not_numbers = [], 0
+    for row in rows:
+        kept = {k: v if k == "step" else finite_or_none(v) for k, v in row.items()}
+        not_numbers += sum(v is not None and kept[k] is None for k, v in row.items())
+        clean.append(kept)
+        final_steps |= {k: row["step"] for k in row if k != "step" and "step" in row}
+    frame = pd.DataFrame(clean)
     if "step" not in frame:
         frame["step"] = pd.Series(dtype=int)
-    return frame.sort_values("step").reset_index(drop=True), bad
+    return frame.sort_values("step", kind="stable").reset_index(drop=True), bad, final_steps, not_numbers
+
+
+def run_config_of(config: Path) -> dict:
+    """The run's config.yaml over today's schema defaults (as a resume reads it), flattened: a run written
+    before a key existed has the key's default, so it groups with the runs that have it."""
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(config), resolve=True)
+    except (OmegaConfBaseException, ValueError, OSError, yaml.YAMLError) as e:
+        raise GspoError(f"cannot read {config}: {str(e).splitlines()[0]}") from None
+    if not isinstance(saved, dict):
+        raise GspoError(f"cannot read {config}: it holds no settings (not a YAML mapping)")
+    defaults = flatten(OmegaConf.to_container(OmegaConf.structured(Config), resolve=False))
+    return {k: v for k, v in defaults.items() if v != "???"} | flatten(saved)
 
 
 def load_run(path: Path) -> Run:
@@ -69,13 +102,9 @@ def load_run(path: Path) -> Run:
     if not config.is_file():
         raise GspoError(f"not a run or sweep directory (no config.yaml, no {SWEEP_RUNS}/): {path}")
     status = read_status(path)  # an unreadable run.json reads as status "unreadable"; a vanished writer as "dead"
-    metrics, bad = _metrics(path / "metrics.jsonl")
+    metrics, bad, final_steps, not_numbers = _metrics(path / "metrics.jsonl")
     torn_steps = tuple(int(m.group(1)) for line in bad if (m := _STEP.match(line)))
-    try:
-        saved = OmegaConf.to_container(OmegaConf.load(config), resolve=True)
-    except (OmegaConfBaseException, ValueError, OSError) as e:
-        raise GspoError(f"cannot read {config}: {str(e).splitlines()[0]}") from None
-    return Run(path, flatten(saved), status, metrics, len(bad), torn_steps)
+    return Run(path, run_config_of(config), status, metrics, len(bad), torn_steps, final_steps, not_numbers)
 
 
 def unread_steps(run: Run) -> list[int]:
@@ -86,40 +115,51 @@ def unread_steps(run: Run) -> list[int]:
     return sorted(set(gaps) | set(run.torn_steps) - have | set(run.status.get("unreadable_steps") or []))
 
 
+def _job_files(path: Path) -> list[Path]:
+    return sorted((path / SWEEP_RUNS).glob("*.json"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0)
+
+
 def sweep_jobs(path: Path) -> list[dict]:
-    """What a sweep recorded of each job, in job order (a torn record, from a killed job, is skipped)."""
-    files = sorted((path / SWEEP_RUNS).glob("*.json"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0)
+    """What a sweep recorded of each job, in job order (a damaged record, such as a killed job's torn one, is
+    left out here and named by sweep_notes)."""
     jobs = []
-    for f in files:
+    for f in _job_files(path):
         try:
-            jobs.append(json.loads(f.read_text()))
-        except json.JSONDecodeError:
+            jobs.append(read_sweep_job(f))
+        except RecordError:
             continue
     return jobs
 
 
 def sweep_job(path: Path, num: int) -> dict | None:
-    """The record of job `num` of the sweep at `path` (None: not started, or torn)."""
+    """The record of job `num` of the sweep at `path` (None: not started, or damaged)."""
     try:
-        return json.loads((path / SWEEP_RUNS / f"{num}.json").read_text())
-    except (OSError, ValueError):
+        return read_sweep_job(path / SWEEP_RUNS / f"{num}.json")
+    except RecordError:
         return None
 
 
 def sweep_notes(path: Path) -> list[str]:
     """What a report must say about a sweep's jobs: the planned ones that never ran (sweep.json's plan,
-    no record) and those whose run died (SIGKILLed), failed, was interrupted or is still going."""
-    try:
-        planned = json.loads((path / SWEEP_PLAN).read_text()).get("jobs")
-    except (OSError, ValueError):
-        planned = None
+    no record), records it cannot read, and the jobs whose run died (SIGKILLed), failed, was interrupted or
+    is still going."""
     notes = []
+    try:
+        planned = (read_sweep_plan(path) or {}).get("jobs")
+    except RecordError as e:
+        planned = None
+        notes.append(f"{e.what}: the report cannot say which planned jobs never ran")
+    for f in _job_files(path):
+        try:
+            read_sweep_job(f)
+        except RecordError as e:
+            notes.append(str(e))
     for num, said in enumerate(planned or []):
-        if sweep_job(path, num) is None:
+        if not (path / SWEEP_RUNS / f"{num}.json").exists():
             notes.append(f"{path}: job {num} ({said or 'no swept keys'}) never ran: rerun the sweep with the same "
-                         f"overrides and hydra.sweep.dir={path} to run it")
+                         f"overrides and hydra.sweep.dir={quote(str(path))} to run it")
     for job in sweep_jobs(path):
-        run = Path(job["run_dir"])
+        run = job_run_dir(path, job)
         state = read_status(run).get("status") if (run / "config.yaml").is_file() else None
         if state not in (None, "finished"):
             how = {"dead": "died (its process is gone; SIGKILL or a crash)", "running": "is still running"}.get(state, state)
@@ -129,7 +169,7 @@ def sweep_notes(path: Path) -> list[str]:
 
 def sweep_runs(path: Path) -> list[Path]:
     """The run directories a sweep recorded, in job order."""
-    return [Path(job["run_dir"]) for job in sweep_jobs(path)]
+    return [job_run_dir(path, job) for job in sweep_jobs(path)]
 
 
 def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:

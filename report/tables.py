@@ -102,12 +102,49 @@ def _series(run: Run, metric: str) -> pd.Series:
 
 
 def run_value(run: Run, metric: str, reduce: str) -> float:
+    """The run's `metric` reduced: "final" (final_value), "mean" over steps >= 1, or "max"."""
+    if reduce == "final":
+        return final_value(run, metric)
     s = _series(run, metric)
     if reduce == "mean":
         s = s[s.index >= 1]
     if s.empty:
         return math.nan
     return float(s.iloc[-1]) if reduce == "final" else float(s.mean()) if reduce == "mean" else float(s.max())
+
+
+def final_value(run: Run, metric: str) -> float:
+    """The value at the last step that logged `metric`; NaN (missing) when that value is null, NaN or no number:
+    never an earlier value standing in for it."""
+    step = run.final_steps.get(metric)
+    if step is None or metric not in run.metrics:
+        return math.nan
+    at = run.metrics.loc[run.metrics["step"] == step, metric].dropna()
+    return float(at.iloc[-1]) if len(at) else math.nan
+
+
+def final_step(run: Run, metric: str) -> int | None:
+    """The step a run's final `metric` is from (None: never logged)."""
+    return run.final_steps.get(metric)
+
+
+def final_notes(runs: list[Run], heads: list[Headline]) -> list[str]:
+    """What a report must say of finals that are not at a run's last step (a run stopped early, by
+    train.stop_on_collapse before it evaluated there), or that are missing (logged as null, NaN or no number)."""
+    notes = []
+    for r in runs:
+        for h in [h for h in heads if h.reduce == "final"]:
+            step = final_step(r, h.metric)
+            if step is not None and step < r.last_step and r.status.get("stopped"):  # no eval where it stopped
+                notes.append(f"{r.run_id}: its final {h.metric} is from step {step}, not its last step {r.last_step}"
+                             f" (stopped early: {r.status['stopped']}); the tables use the step-{step} value")
+            elif step is not None and math.isnan(final_value(r, h.metric)):
+                notes.append(f"{r.run_id}: its final {h.metric} (step {step}) is missing (null, NaN or not a number); "
+                             "the tables leave the run out of that metric, never using an earlier value")
+        if r.not_numbers:
+            notes.append(f"{r.run_id}: {r.not_numbers} logged value(s) in metrics.jsonl are no finite number (NaN, "
+                         "Infinity or text): shown as missing")
+    return notes
 
 
 def arm_table(arms: list[Arm], h: Headline, valid: tuple[float | None, float | None] | None = None) -> pd.DataFrame:

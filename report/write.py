@@ -18,6 +18,7 @@ and leave the output folder untouched. Runs still going or stopped early are rea
 
 from __future__ import annotations
 
+import errno
 import math
 import platform
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 import gspo.algos.metrics as M
+from gspo.conf.errors import GspoError, disk_error
 from gspo.conf.schema import VerdictConfig
 from gspo.report import collapse
 from gspo.report.arms import (
@@ -57,6 +59,7 @@ from gspo.report.tables import (
     arm_values,
     diff_table,
     difference,
+    final_notes,
     headlines,
     status_table,
     summary_frame,
@@ -97,7 +100,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     task = runs[0].config.get("task.name", "arith")
     heads = [h for h in headlines(task) if any(h.metric in r.metrics for r in runs)]
     keys = label_keys(runs)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _make_out(out_dir)
     compared = pairs(arms)
     diffs = {h.metric: adjust([difference(h, a, b, effect) for a, b in compared]) for h in heads}
     for metric, level in (sequential or {}).items():
@@ -128,7 +131,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     for key in numeric_keys(arms):
         front += _sensitivity(arms, key, heads, out_dir, front_files, compared)
     plots = write_plots(arms, task, out_dir, progress)
-    notes = _notes(runs, notes) + timing
+    notes = _notes(runs, notes + final_notes(runs, heads)) + timing
     blocks = front + _setup(runs, arms, keys, command) + _noise(arms, heads, diffs) + _results(arms, heads, diffs)
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
     blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
@@ -144,6 +147,19 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     first = heads[0] if heads else None
     table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
     return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
+
+
+def _make_out(out_dir: Path) -> None:
+    """The output folder, made if needed; a path that is a file or a symlink loop is one line."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if disk_error(e) is not None:
+            raise
+        what = "is a symlink to no folder (a loop or a file)" if out_dir.is_symlink() else {
+            errno.EEXIST: "is a file, not a folder", errno.ENOTDIR: "lies under a file, not a folder",
+            errno.ELOOP: "is a symlink loop"}.get(e.errno, f"cannot be made ({e.strerror})")
+        raise GspoError(f"--out {out_dir} {what}: name a folder (new or existing) for the report") from None
 
 
 def _title(runs: list[Run], arms: list[Arm], task: str) -> str:
@@ -239,20 +255,25 @@ def verdict_line(d: Difference) -> str:
         ratio = f"{ratio_text(d.ratio)}; " if d.base_mean and d.arm_mean and not math.isnan(d.ratio) else ""
         what = f"{label}: {d.arm.label} {fmt(d.arm_mean)} vs {d.base.label} {fmt(d.base_mean)}"
         pre = f"{ratio}difference {_signed(ci.mean)}, "
+    runs = len(d.arm.runs) + len(d.base.runs)
+    missing = sum(math.isnan(v) for v in arm_values(d.arm, d.head) + arm_values(d.base, d.head))
+    left = f"; {missing} of {runs} runs have no {d.head.reduce} value and are left out" if missing else ""
+    if n == 0:
+        return f"{what} (no seed of one arm has a {d.head.reduce} value: no comparison{left})"
     if n < 2:
-        return f"{what} ({pre}{_one_seed(d)}: no interval, no claim either way)"
+        return f"{what} ({pre}{_one_seed(d)}: no interval, no claim either way{left})"
     if zero_width(ci) and d.method == PAIRED and ci.mean != 0:
-        return (f"{what} ({pre}paired, {n} seeds): every seed gave the same difference, so the interval has zero "
+        return (f"{what} ({pre}paired, {n} seeds{left}): every seed gave the same difference, so the interval has zero "
                 f"width; {n} seeds agreeing is not certainty, run more seeds")
     if zero_width(ci):
-        return (f"{what} ({pre}{n} seeds): the seeds tied exactly, so the interval has zero width; a tie of "
+        return (f"{what} ({pre}{n} seeds{left}): the seeds tied exactly, so the interval has zero width; a tie of "
                 f"{n} seeds is not certainty, run more seeds")
     small = "; only 2 seeds, so the interval is wide and rests on one pair" if n == 2 else ""
     if d.resolved:
         side = "higher" if ci.mean > 0 else "lower"
         tail = f"resolved ({d.arm.label} {side}" + (")" if d.head.info.kind == SCORE else ", a difference in mechanism, not a score)")
-        return f"{what} ({_interval(d, pre)}): {tail}{small}"
-    return f"{what} ({_interval(d, pre)}): {_unresolved(d)}{small}"
+        return f"{what} ({_interval(d, pre)}{left}): {tail}{small}"
+    return f"{what} ({_interval(d, pre)}{left}): {_unresolved(d)}{small}"
 
 
 def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:

@@ -4,29 +4,40 @@ RL needs a policy that is sometimes right. The tiny Qwen3 starts from random wei
 worked arithmetic solutions, and the fine-tune stops as soon as its sampled accuracy on a dev set
 (drawn from the training distribution, never from the held-out split) reaches a target, so RL starts
 from a policy that is right some of the time, not most of it. The result is keyed by a hash of
-everything that shapes it, built once per machine and cached (GSPO_CACHE or ~/.cache/gspo); the build
-writes to a temporary folder and renames it into place, so an interrupted build leaves nothing behind.
+everything that shapes it, built once per machine and cached (GSPO_CACHE or ~/.cache/gspo).
+
+The cache is never trusted blindly. A build writes into a temporary folder `.build-<key>-*`, seals it with
+complete.json (the size and sha256 of every file, written last, as a checkpoint's) and renames it into
+place, so a kill or a full disk leaves no half-cache under the key. Every use checks the files against
+complete.json; a damaged cache (zeroed bytes, a truncated file, no complete.json) is said in one line and
+rebuilt. Builders of one key take a file lock (`<key>.lock`): a second process waits for the first and uses
+its result, and the lock holder clears the `.build-<key>-*` folders that killed builders left.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from gspo.conf.errors import GspoError, disk_error
 from gspo.conf.schema import TinyModelConfig
 from gspo.evals.arith import ALPHABET, ArithProblem, grade_arith, make_split
 from gspo.trainer.engines.hf_engine import HFEngine
 from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3, cache_root
 from gspo.trainer.run.progress import Progress
+from gspo.trainer.run.rundir import MANIFEST, checkpoint_problem, seal_folder
 
 FORMAT_VERSION = 1  # bump when the task text, tokenizer or recipe changes meaning
 
@@ -59,25 +70,31 @@ class ColdStartSpec:
 
 def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
                     log: Callable[[str], None] = print, *, progress: bool = False) -> Path:
-    """The folder of the cold-started model for `spec`, building it first if it is not cached (`progress`:
-    a bar to the step bound)."""
-    final = cache_root(cache_dir) / "coldstart" / spec.key()
-    if (final / "coldstart.json").exists():
+    """The folder of the cold-started model for `spec`, verified against its complete.json; built first
+    (under the key's lock) if it is absent or damaged (`progress`: a bar to the step bound)."""
+    root = _cache_folder(cache_root(cache_dir) / "coldstart", cache_dir)
+    key = spec.key()
+    final = root / key
+    if cache_problem(final) is None:
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    changed = settings_changed(spec, final.parent)
-    if changed:  # otherwise a run whose task setting changed sits minutes in a build nobody asked for
-        log(f"cold start: none cached for these settings ({changed}): building a new one")
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
-    try:
-        _build(spec, tmp, log, progress, final)
+    with _build_lock(root / f"{key}.lock", log):
+        problem = cache_problem(final)
+        if problem is None:  # another process built it while this one waited
+            return final
+        if final.exists():
+            log(f"note: the cached cold start {final} is damaged ({problem}); rebuilding it")
+            _discard(final)
+        elif changed := settings_changed(spec, root):  # else a run whose task setting changed sits in a build unasked
+            log(f"cold start: none cached for these settings ({changed}): building a new one")
+        for stale in root.glob(f".build-{key}-*"):  # left by a builder killed mid-build (the lock is ours now)
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=root))
         try:
+            _build(spec, tmp, log, progress, final)
+            seal_folder(tmp)
             os.replace(tmp, final)
-        except OSError:  # another process finished the same build first: keep theirs
-            if not (final / "coldstart.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
@@ -101,6 +118,67 @@ def settings_changed(spec: ColdStartSpec, root: Path) -> str:
     i = min(range(len(diffs)), key=lambda j: len(diffs[j]))
     return ", ".join(f"{SPEC_KEYS.get(k, f'model.tiny.{k}')}={mine[k]}, cached {cached[i][k]}" for k in diffs[i][:3]) + (
         f" and {len(diffs[i]) - 3} more" if len(diffs[i]) > 3 else "")
+
+
+def cache_problem(folder: Path) -> str | None:
+    """Why the cached cold start in `folder` cannot be used ("absent" when there is none), or None."""
+    if not folder.is_dir():
+        return "absent"
+    if not (folder / MANIFEST).is_file() and (folder / "coldstart.json").is_file():
+        return f"no {MANIFEST}: written by an older gspo, without checksums"
+    return checkpoint_problem(folder)
+
+
+def _cache_folder(root: Path, cache_dir: str | None) -> Path:
+    """The cache's coldstart/ folder, made if needed; a cache path that is a file or a symlink loop is one line."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not root.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(root))
+    except OSError as e:
+        if disk_error(e) is not None:
+            raise
+        said = f"model.tiny.cache_dir={cache_dir}" if cache_dir else f"GSPO_CACHE={os.environ.get('GSPO_CACHE')}" \
+            if os.environ.get("GSPO_CACHE") else "the cache ~/.cache/gspo"
+        raise GspoError(f"{said}: cannot make the cache folder {root} ({e.strerror or e}); point it at a folder "
+                        "(GSPO_CACHE=<dir> or model.tiny.cache_dir=<dir>)") from None
+    return root
+
+
+@contextmanager
+def _build_lock(path: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """The lock of one key's builders: held for the build, released when the process ends however it ends."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"cold start: another process is building {path.with_suffix('')}; waiting for it")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _discard(folder: Path) -> None:
+    """Move a damaged cache out of its key's place at once (one rename), then delete it."""
+    aside = Path(tempfile.mkdtemp(prefix=f".damaged-{folder.name}-", dir=folder.parent))
+    os.replace(folder, aside / folder.name)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _save(model, tokenizer, out: Path) -> None:
+    """The weights and tokenizer into `out`; a writer's error on a full disk becomes the OSError it is."""
+    try:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    except Exception as e:
+        if isinstance(e, OSError) or shutil.disk_usage(out).free >= _FULL_BYTES:
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out)) from e
+
+
+_FULL_BYTES = 1 << 20  # less free space than this after a failed write: the disk is full
 
 
 def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress: bool, final: Path) -> None:
@@ -145,8 +223,7 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress:
                 f"{spec.tiny.sft_target_accuracy:.2f}; sampled once the loss is below {spec.tiny.sft_eval_max_loss})")
             if accuracy >= spec.tiny.sft_target_accuracy:
                 break
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    _save(model, tokenizer, out)
     info = {"steps": step, "dev_sampled_accuracy": accuracy, "seconds": round(time.time() - t0, 1),
             "parameters": n_params, "spec": spec.fields(), "format_version": FORMAT_VERSION}
     (out / "coldstart.json").write_text(json.dumps(info, indent=2))

@@ -14,6 +14,7 @@ import copy
 import signal
 import time
 from pathlib import Path
+from shlex import quote
 
 import torch
 from omegaconf import OmegaConf
@@ -130,7 +131,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
-        log(f"interrupted: {run.path} is kept; continue with: gspo train resume={run.path}")
+        log(f"interrupted: {run.path} is kept; continue with: gspo train {quote(f'resume={run.path}')}")
         raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -208,11 +209,15 @@ def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int,
             except NonFinite as e:
                 row = handle_nonfinite(cfg, run, step, e, say)
             last = step == cfg.train.steps
-            if evaluates and (last or (cfg.train.eval_every and step % cfg.train.eval_every == 0)):
+            evaluated = evaluates and (last or bool(cfg.train.eval_every and step % cfg.train.eval_every == 0))
+            if evaluated:
                 bar.phase(f"eval at step {step}")
                 row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say)
-            loggers.metrics(step, row)
             stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
+            if stop and evaluates and not evaluated:  # a run stopped early ends with an eval: its final is final
+                bar.phase(f"eval at step {step} (stopped early)")
+                row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say)
+            loggers.metrics(step, row)
             last = last or stop
             if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
                 _save(cfg, run, step, ctx, tokenizer, full=last)

@@ -184,6 +184,9 @@ def lcb_problem(rec: dict, row: int, source: str) -> Problem:
     tests = public + decode_tests(rec.get("private_test_cases"), where, "private_test_cases")
     metadata = _json_field(rec.get("metadata"), where, "metadata") or {}
     starter = rec.get("starter_code") or ""
+    if not isinstance(starter, str):
+        raise GspoError(f"{where}: starter_code is {json.dumps(starter)[:40]}, not text (the function's signature, "
+                        "or empty for a stdin problem)")
     functional = bool(starter.strip()) or any(t.get("testtype") == "functional" for t in tests)
     fn_name = metadata.get("func_name") if isinstance(metadata, dict) else None
     if functional and not fn_name:

@@ -63,4 +63,11 @@ def load_benchmark(name: str, *, path: str | None = None, limit: int | None = No
         raise GspoError(
             f"unknown option for benchmark {name!r}: {', '.join(unknown)}; known: {', '.join(known) or 'none'}"
         ) from None
-    return factory(path=path, limit=limit, **options)
+    bench = factory(path=path, limit=limit, **options)
+    seen: set[str] = set()
+    for problem in bench.problems:  # a repeated id would drop a problem wherever problems are keyed by id
+        if problem.id in seen:
+            raise GspoError(f"benchmark {name} ({path or options.get('hub_id') or 'hub'}): problem id {problem.id!r} "
+                            "appears twice; give each problem its own id (question_id), or drop the copy")
+        seen.add(problem.id)
+    return bench

@@ -36,6 +36,9 @@ def _code_rows(tmp: Path) -> Path:
     rows = [{"question_id": f"q{i}", "question_content": "Echo.", "public_test_cases": "[]" if i == 2 else tests}
             for i in range(1, 4)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    good = [rows[0], rows[2]]  # each with a test
+    (tmp / "dup_id.jsonl").write_text("".join(json.dumps(r | {"question_id": "q1"}) + "\n" for r in good))
+    (tmp / "starter_number.jsonl").write_text(json.dumps(rows[0] | {"starter_code": 123}) + "\n")
     return path
 
 
@@ -79,6 +82,16 @@ CASES = [
      True),
     ("vllm-missing", ["rollout=vllm"], ["rollout=vllm", "not installed", "pip install"], True),
     ("code-without-tests", ["task=code", "task.dataset={code}", "task.eval_size=1"], ["problem q2 has no tests"], True),
+    # issue 37: before, a traceback (str.format's KeyError / IndexError, and a number where starter_code is text),
+    # and a repeated question_id silently dropped a problem in training while `gspo eval` kept both
+    ("prompt-template-field", ["task=math", "task.dataset={rows}", "task.prompt_template='{{problem}}?'"],
+     ["task.prompt_template='{problem}?' names {problem}", "write a literal brace as {{ or }}"], True),
+    ("prompt-template-bare", ["task=math", "task.dataset={rows}", "task.prompt_template='Q: {{}}'"],
+     ["task.prompt_template='Q: {}' has a bare {}"], True),
+    ("code-duplicate-id", ["task=code", "task.dataset={tmp}/dup_id.jsonl", "task.eval_size=1"],
+     ["problem id 'q1' appears twice"], True),
+    ("lcb-starter-code-number", ["task=code", "task.dataset={tmp}/starter_number.jsonl", "task.eval_size=1"],
+     ["row 1: starter_code is 123, not text"], True),
 ]
 
 

@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import TINY
 
+from gspo.trainer.run.records import job_run_dir
+
 pytestmark = pytest.mark.slow  # each starts a sweep of fresh interpreters (~20 s of CPU)
 
 
@@ -37,7 +39,7 @@ def test_optuna_search_with_two_joblib_jobs_at_once(gspo, tmp_path):
     assert a["pid"] != b["pid"]
     assert result.stderr.count("(torch threads 1)") == 2  # 2 cores shared by 2 jobs (or more cores, 2 jobs)
     best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
-    finals = [_final(Path(job["run_dir"]), "reward/mean") for job in (a, b)]
+    finals = [_final(job_run_dir(tmp_path / "sweep", job), "reward/mean") for job in (a, b)]
     assert best["best_value"] == max(finals)
     assert "gspo report sweep" in result.stdout
 
@@ -49,5 +51,5 @@ def test_submitit_local_sweep_runs(gspo, tmp_path):
                              cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     (job,) = _jobs(tmp_path / "sweep")
-    assert json.loads((Path(job["run_dir"]) / "run.json").read_text())["status"] == "finished"
+    assert json.loads((job_run_dir(tmp_path / "sweep", job) / "run.json").read_text())["status"] == "finished"
     assert (tmp_path / "sweep" / ".submitit").is_dir()

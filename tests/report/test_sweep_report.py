@@ -4,6 +4,7 @@ intervals, plots that are not blank, the page in a headless browser, and bad inp
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,7 +31,7 @@ def _metrics(run: Path) -> list[dict]:
 def _runs(sweep: Path) -> list[Path]:
     jobs = [json.loads(f.read_text()) for f in sorted((sweep / "runs").glob("*.json"))]
     assert all(job["started"] < job["ended"] for job in jobs)
-    return [Path(job["run_dir"]) for job in jobs]
+    return [Path(os.path.normpath(sweep / job["run_dir"])) for job in jobs]  # relative to the sweep folder
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import math
 import netrc
 import os
 from pathlib import Path
+from shlex import quote
 
 from gspo.algos.metrics import EVAL
 from gspo.evals.benchmarks.types import is_count
@@ -81,16 +82,23 @@ class Loggers:
 
 
 def offline_note(run) -> str | None:
-    """`W&B offline run: <folder>; upload it with: wandb sync <folder>` for an offline W&B run, else None.
-    The folder is given relative to the working directory when it lies under it."""
+    """`W&B offline run: <folder>; upload it with: wandb sync <folders>` for an offline W&B run, else None.
+    The command names every offline folder of this W&B run id, oldest first (an attempt killed and resumed
+    leaves one folder per attempt, each with the steps it logged), each quoted, relative to the working
+    directory when it lies under it."""
     if run.settings.mode != "offline":
         return None
     folder = Path(run.dir).resolve().parent  # <dir>/wandb/offline-run-<time>-<id>/files
+    folders = sorted({*folder.parent.glob(f"offline-run-*-{run.id}"), folder})
+    shown = [_near(f) for f in folders]
+    return f"W&B offline run: {_near(folder)}; upload it with: wandb sync {' '.join(quote(str(f)) for f in shown)}"
+
+
+def _near(folder: Path) -> Path:
     try:
-        folder = folder.relative_to(Path.cwd())
+        return folder.relative_to(Path.cwd())
     except ValueError:
-        pass
-    return f"W&B offline run: {folder}; upload it with: wandb sync {folder}"
+        return folder
 
 
 def start_wandb(mode: str, folder: Path, **init):

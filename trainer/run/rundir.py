@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
+from gspo.trainer.run.records import RUN_STATUS, metrics_row_problem, record_problem
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "eval_samples.jsonl")
 MANIFEST = "complete.json"  # written last into a checkpoint: without it (or with a mismatch) it is not intact
@@ -82,7 +83,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def read_jsonl_lines(path: Path) -> tuple[list[dict], list[str]]:
     """(rows, unreadable lines) of a JSONL log: a line that is not a whole JSON object (torn by a kill,
-    damaged by hand) is returned apart, never silently lost."""
+    damaged by hand), or whose step is not a whole number (records.metrics_row_problem), is returned apart,
+    never silently lost."""
     if not path.exists():
         return [], []
     rows, bad = [], []
@@ -91,7 +93,7 @@ def read_jsonl_lines(path: Path) -> tuple[list[dict], list[str]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             row = None
-        if isinstance(row, dict):
+        if isinstance(row, dict) and metrics_row_problem(row) is None:
             rows.append(row)
         elif line.strip():
             bad.append(line)
@@ -112,8 +114,9 @@ def read_status(path: Path) -> dict:
         return {}
     try:
         info = json.loads(f.read_text())
-        if not isinstance(info, dict):
-            raise ValueError("not a JSON object")
+        problem = record_problem(info, RUN_STATUS)
+        if problem is not None:
+            raise ValueError(problem)
     except (ValueError, OSError) as e:
         return {"status": STATUS_UNREADABLE, "error": f"run.json is unreadable ({str(e).splitlines()[0]})"}
     if info.get("status") == "running" and not writer_alive(info):
@@ -366,7 +369,16 @@ def _step(row: dict) -> int:
     return step if isinstance(step, int) else 0
 
 
-def _write_manifest(folder: Path, step: int) -> None:
+def seal_folder(folder: Path, step: int | None = None) -> None:
+    """Make `folder` and its files readable by the group (as the umask allows; mkdtemp and safetensors make
+    them private), then write its complete.json last: a folder without one, or whose files differ from it,
+    is not intact (checkpoint_problem)."""
+    for f in [folder, *folder.rglob("*")]:
+        f.chmod((0o777 if f.is_dir() else 0o666) & ~_umask())
+    _write_manifest(folder, step)
+
+
+def _write_manifest(folder: Path, step: int | None) -> None:
     files = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
              for p in sorted(folder.rglob("*")) if p.is_file()}
     atomic_write_text(folder / MANIFEST, json.dumps({"step": step, "files": files}, indent=1) + "\n")

@@ -110,7 +110,22 @@ def _math_item(cfg, row: dict, number: int) -> Item:
     empty = [f for f in (cfg.question_field, cfg.answer_field) if row[f] is None]
     if empty:
         raise GspoError(f"task.dataset row {number}: field {empty[0]!r} is null; give it a value or drop the row")
-    return Item(cfg.prompt_template.format(question=row[cfg.question_field]), str(row[cfg.answer_field]))
+    return Item(fill_template(cfg.prompt_template, row[cfg.question_field]), str(row[cfg.answer_field]))
+
+
+def fill_template(template: str, question) -> str:
+    """task.prompt_template with {question} filled in (str.format); any other field, or a lone brace, is one
+    line that says how to write literal braces."""
+    try:
+        return template.format(question=question)
+    except KeyError as e:
+        what = f"names {{{e.args[0]}}}"
+    except IndexError:
+        what = "has a bare {}"
+    except (ValueError, AttributeError) as e:
+        what = f"is not a template ({e})"
+    raise GspoError(f"task.prompt_template={template!r} {what}: the only field is {{question}}; write a literal "
+                    "brace as {{ or }} (as in \\boxed{{}})")
 
 
 def _load_rows(dataset: str, subset: str | None, split: str) -> list[tuple[int, dict]]:
