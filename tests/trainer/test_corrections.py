@@ -45,6 +45,9 @@ def test_a_correction_without_its_inputs_is_one_error_line(overrides, words):
     ("gmpo", "mis", "geometric", (1.001, 0.999, 1.001)),
     ("grpo", "tis", "token", (2.0, 0.5, 2.0)),
     ("grpo", "geo_rs", "geometric", (1.001, 0.999, 1.001)),
+    # OPSM weighs whole sequences (one advantage each): a token weight would make its advantages [N, T], which its
+    # loss refuses (found by tests/trainer/test_gpu.py on an H200)
+    ("opsm", "tis", "geometric", (1.001, 0.999, 1.001)),
 ])
 def test_the_level_follows_the_algorithms_ratio_and_each_level_has_its_bounds(algo, kind, level, bounds):
     cfg = compose_config([*TINY, f"algo={algo}", f"algo.correction.kind={kind}", *ENGINE])

@@ -120,7 +120,8 @@ def correction_bounds(algo) -> CorrectionBounds:
     c = algo.correction
     level = c.level
     if level == "auto":
-        level = "geometric" if c.kind == "geo_rs" or get(algo.name).ratio == "geometric" else "token"
+        spec = get(algo.name)  # a token weight needs per-token advantages (OPSM weighs whole sequences: geometric)
+        level = "geometric" if c.kind == "geo_rs" or spec.ratio == "geometric" or not spec.token_advantages else "token"
     cap, low, high = CORRECTION_BOUNDS[level]
     return CorrectionBounds(c.kind, level, cap if c.cap is None else c.cap, low if c.low is None else c.low,
                             high if c.high is None else c.high)
