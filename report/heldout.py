@@ -73,7 +73,7 @@ def final_outcomes(run: Run, metric: str) -> Outcomes | None:
     parts = metric.split("/")
     if len(parts) != 3 or parts[0] != "eval" or parts[2] not in TASK_STATS or metric not in run.metrics:
         return None
-    logged = run.metrics.dropna(subset=[metric])
+    logged = run.metrics.dropna(subset=[metric, "step"])  # a damaged row's step is missing: not the final's
     if logged.empty:
         return None
     step = int(logged["step"].iloc[-1])

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
+from gspo.algos.registry import available
+
 slow = pytest.mark.slow  # the command gets past config checks: a fresh interpreter imports torch (~15 s)
 
 
@@ -52,7 +54,7 @@ CASES = [
     ("algo-preset-typo", ["algo=cipso"], ["algo/cipso", ALGO_PRESETS, "did you mean cispo?"], False),
     ("no-lower-bound-outside-cispo", ["algo=grpo", "algo.clip_low=1.0"], ["algo.clip_low=1.0", "cispo"], True),
     ("unknown-group", ["optimizer=adam"], ["optimizer"], False),
-    ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", "gmpo, grpo, gspo, gspo_token, sapo", "did you mean gspo?"], False),
+    ("algo-name-typo", ["algo.name=gpso"], ["algo.name='gpso'", ", ".join(sorted(available())), "did you mean gspo?"], False),
     ("aggregation-typo", ["algo=grpo", "algo.options.aggregation=tokn_mean"],
      ["algo.options.aggregation='tokn_mean'", "seq_mean_token_sum_norm", "did you mean token_mean?"], False),
     ("engine-typo", ["rollout.engine=vlm"], ["rollout.engine='vlm'", "hf, vllm", "did you mean vllm?"], False),

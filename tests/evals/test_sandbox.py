@@ -91,8 +91,10 @@ def test_protections_are_reported_as_booleans():
     assert prot["rlimits"] and prot["scrubbed_env"]
 
 
-def test_a_backend_missing_protections_says_so(caplog):
+def test_a_backend_missing_protections_says_so(caplog, monkeypatch):
     clear_probe_cache()
+    # a Hydra job earlier in the same process (xdist worker) configures logging with disable_existing_loggers
+    monkeypatch.setattr(logging.getLogger("gspo.evals.sandbox"), "disabled", False)
     with caplog.at_level(logging.WARNING, logger="gspo.evals.sandbox"):
         prot = sandbox_protections("plain")
     missing = [k for k, ok in prot.items() if not ok]

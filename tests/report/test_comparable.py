@@ -85,7 +85,8 @@ def test_separate_writes_one_report_per_group_of_like_runs(tmp_path):
     five = [fake_run(tmp_path / "s", a, s) for a in ("grpo", "gspo") for s in (0, 1)]
     four = _set(fake_run(tmp_path / "x", "grpo", 0), "task.max_digits", 4)
     groups = write_groups([*five, four], tmp_path / "out", wandb="disabled")
-    assert [name for name, _ in groups] == ["task.max_digits=None", "task.max_digits=4"]
+    # a run's config is completed with the schema's defaults (issue 37): the fake runs name no max_digits, so 5
+    assert [name for name, _ in groups] == ["task.max_digits=5", "task.max_digits=4"]
     first, second = (r for _, r in groups)
     assert first.out_dir == tmp_path / "out" / "group-1" and (first.out_dir / "report.md").is_file()
     assert first.headline["arm"].tolist() == ["GRPO", "GSPO"]  # labels: only the key that differs in the group

@@ -22,7 +22,15 @@ from gspo.conf import GspoError
 from gspo.conf.resume import saved_config
 from gspo.report.arms import group_arms, pairs
 from gspo.report.runs import load_runs
-from gspo.report.tables import arm_table, diff_table, difference, final_notes, headlines, summary_frame
+from gspo.report.tables import (
+    adjust,
+    arm_table,
+    diff_table,
+    difference,
+    final_notes,
+    headlines,
+    summary_frame,
+)
 from gspo.report.write import _notes, _verdict
 from gspo.trainer.loop import _resume_point
 from gspo.trainer.run.rundir import RunDir
@@ -130,11 +138,12 @@ def _page(paths: list[Path]) -> tuple[str | None, object]:
         arms = group_arms(runs)
         heads = [h for h in headlines("arith") if any(h.metric in r.metrics for r in runs)]
         compared = pairs(arms)
+        diffs = {h.metric: adjust([difference(h, a, b) for a, b in compared]) for h in heads}
         for h in heads:
             arm_table(arms, h)
-            diff_table(arms, h, compared)
-        verdict = _verdict(arms, [difference(h, a, b) for h in heads[:1] for a, b in compared])
-        return None, (summary_frame(arms, [], heads, compared), verdict, _notes(runs, notes + final_notes(runs, heads)))
+            diff_table(diffs[h.metric])
+        verdict = _verdict(arms, [d for h in heads[:1] for d in diffs[h.metric]])
+        return None, (summary_frame(arms, [], heads, diffs), verdict, _notes(runs, notes + final_notes(runs, heads)))
     except GspoError as e:
         return str(e), None
 
