@@ -192,7 +192,7 @@ class Runner:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
         name, drop = self._choice.name, self._choice.drop_uid
         if name != "bwrap":  # plain: the working dir; unshare: the empty folder its new root is mounted on
-            self._workdir = tempfile.mkdtemp(prefix="gspo-sandbox-")
+            self._workdir = tempfile.mkdtemp(prefix=f"gspo-sandbox-{os.getpid()}-")  # the pid: whose folder it is
             if drop:
                 os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
         workdir = self._workdir if name == "plain" else "/tmp/work"

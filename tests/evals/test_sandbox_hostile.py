@@ -36,14 +36,16 @@ INSTALLED = [b for b in BACKENDS if b == "plain" or (shutil.which(b) and FORCED 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
     """No process started during the test outlives it (others, e.g. W&B's service, may predate it), and no
-    sandbox folder is left in the host's /tmp."""
-    before, folders = set(psutil.Process().children(recursive=True)), set(glob.glob("/tmp/gspo-sandbox-*"))
+    sandbox folder is left in the host's /tmp. Only this process's folders count: xdist's other workers make
+    and remove their own meanwhile."""
+    mine = f"/tmp/gspo-sandbox-{os.getpid()}-*"
+    before, folders = set(psutil.Process().children(recursive=True)), set(glob.glob(mine))
     yield
     deadline = time.monotonic() + 3
     while (left := set(psutil.Process().children(recursive=True)) - before) and time.monotonic() < deadline:
         time.sleep(0.05)  # a killed runner is reaped by the grader a moment later
     assert not left, f"processes outlived their sandbox: {left}"
-    assert set(glob.glob("/tmp/gspo-sandbox-*")) <= folders
+    assert set(glob.glob(mine)) <= folders
 
 
 @pytest.fixture
