@@ -15,20 +15,13 @@ tensors, each declared once in the catalogue (metrics.py: name, meaning, reducti
 This package imports nothing else of gspo's.
 """
 
-from . import (  # noqa: F401  (each module registers its algorithm)
-    cispo,
-    dapo,
-    dppo,
-    dr_grpo,
-    gdpo,
-    gmpo,
-    grpo,
-    gspo,
-    gspo_token,
-    maxrl,
-    opsm,
-    sapo,
-)
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+# Every module of this package is imported, so a new algorithm is its loss module (which registers itself) and
+# its preset in conf/algo/, and no list here to edit.
+for _module in _pkgutil.iter_modules(__path__):
+    _importlib.import_module(f"{__name__}.{_module.name}")
 from .advantages import (
     ESTIMATORS,
     constant_groups,

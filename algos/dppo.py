@@ -93,7 +93,7 @@ def _probs(x: LossInputs) -> tuple[Tensor, Tensor]:
     return torch.exp(logp), torch.exp(old)
 
 
-@register("dppo_tv", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
+@register("dppo_tv", display="DPPO-TV", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
     "ratio      token probabilities p = pi, q = pi_old (not their ratio) for the mask; r = p / q for the weight\n"
     "mask       keep_it = (p - q <= {clip_high}) if A_it > 0, (p - q >= -{clip_low}) if A_it <= 0:\n"
     "           clip_low / clip_high are total-variation thresholds, as verl reads them, not a ratio band\n"
@@ -108,7 +108,7 @@ def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str) -> tuple[Te
     return _dppo(x, keep, beyond, tis_cap, aggregation)
 
 
-@register("dppo_kl", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
+@register("dppo_kl", display="DPPO-KL", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
     "ratio      token probabilities p = pi, q = pi_old (not their ratio) for the mask; r = p / q for the weight\n"
     "mask       D = q log(q/p) + (1-q) log((1-q)/(1-p)); keep_it = D <= {clip_high} or p <= q if A_it > 0,\n"
     "           D <= {clip_low} or p >= q if A_it <= 0: Bernoulli-KL thresholds, as verl reads clip_low / clip_high\n"

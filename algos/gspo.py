@@ -39,7 +39,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo", metrics=STANDARD_METRICS, ratio="geometric", aggregation="seq_mean", card=(
+@register("gspo", metrics=STANDARD_METRICS, ratio="geometric", aggregation="seq_mean", on_policy_as="grpo", card=(
     "ratio      sequence, the geometric mean of the token ratios: s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it)),\n"
     "           log s_i bounded above by 10\n"
     "objective  J_i = min(s_i A_i, clip(s_i, {lo}, {hi}) A_i): one weight per sequence, never weighted by its length"))

@@ -40,8 +40,8 @@ from .common import (
 from .registry import register
 
 
-@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio="geometric",
-          aggregation="seq_mean_token_mean", card=(
+@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio="geometric", display="GSPO-token",
+          same_as="gspo", aggregation="seq_mean_token_mean", card=(
     "ratio      sequence geometric mean with token gradients: s_it = sg[s_i] pi_it / sg[pi_it],\n"
     "           s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))\n"
     "objective  J_it = min(s_it A_it, clip(s_it, {lo}, {hi}) A_it)"))

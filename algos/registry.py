@@ -53,6 +53,16 @@ class Algorithm:
     card: str = ""  # its ratio and objective for `gspo explain`, a format string: {lo} = 1 - clip_low, {hi} =
     #                 1 + clip_high, {clip_low}, {clip_high}, {exp_lo} = e^-clip_low, {exp_hi} = e^clip_high, its options
     aggregation: str = ""  # its fixed token reduction where it has no aggregation option (seq_mean: 1/N sum_i J_i)
+    display: str = ""  # its name as its paper writes it ("GSPO-token"), for reports; "" = the name in capitals
+    same_as: str = ""  # an algorithm it equals in value and gradient when every sequence has one advantage (GSPO
+    #                    paper, eqs. 13-14: GSPO-token and GSPO), so a sweep holding both runs it once
+    on_policy_as: str = ""  # an algorithm whose gradient it equals on-policy (every ratio 1: GSPO and GRPO), so a
+    #                         sweep comparing them on-policy is refused
+
+    @property
+    def title(self) -> str:
+        """The name as its paper writes it."""
+        return self.display or self.name.upper()
 
     def make_options(self, values: Mapping[str, Any]) -> Any:
         """The options dataclass from config values: TypeError naming an unknown option and the known ones,
@@ -71,8 +81,8 @@ RATIOS = ("token", "geometric")
 
 
 def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str], token_advantages: bool = False,
-             no_lower_bound: bool = False, ratio: str = "token", card: str = "",
-             aggregation: str = "") -> Callable[[LossFn], LossFn]:
+             no_lower_bound: bool = False, ratio: str = "token", card: str = "", aggregation: str = "",
+             display: str = "", same_as: str = "", on_policy_as: str = "") -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
     def decorator(fn: LossFn) -> LossFn:
@@ -95,7 +105,7 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         if bad:
             raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
         ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound, ratio, card,
-                                aggregation)
+                                aggregation, display, same_as, on_policy_as)
         return fn
 
     return decorator

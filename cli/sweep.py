@@ -38,6 +38,7 @@ import typer
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from gspo.algos import ALGOS
 from gspo.algos.metrics import EVAL, EVAL_ACCURACY, TIME_STEP
 from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
@@ -137,25 +138,36 @@ def _given(key: str, overrides: list[str], params: dict[str, str]) -> str | None
 
 
 def fold_equal_arms(overrides: list[str], params: dict[str, str] | None) -> tuple[list[str], list[str]]:
-    """Arms that are provably the same under the sweep's config are not run twice: (overrides, notes).
-    GSPO-token with one advantage per sequence (algo.advantage=group, no token-level correction) equals GSPO
-    in value and gradient (GSPO paper, eqs. 13-14): it is dropped from an algo= list holding both, with a
-    note. On-policy (train.minibatches=1 train.epochs=1) GRPO and GSPO give the same gradient (every ratio is
-    1): refused. Keys this cannot see (a preset's own settings) leave the arms as they are."""
+    """Arms that are provably the same under the sweep's config are not run twice: (overrides, notes). What
+    equals what is each algorithm's registration (gspo.algos.register: same_as, on_policy_as), never a name
+    here. An algorithm that equals another when every sequence has one advantage (algo.advantage=group, no
+    token-level correction: GSPO-token and GSPO, GSPO paper eqs. 13-14) is dropped from an algo= list holding
+    both, with a note. On-policy (train.minibatches=1 train.epochs=1) two algorithms whose gradients are then
+    equal (every ratio is 1: GSPO and GRPO) are refused. Keys this cannot see (a preset's own settings) leave
+    the arms as they are. An algo= entry that is a preset of another name (grpo_replay) is left to the config."""
     params = params or {}
     algos = (_given("algo", overrides, params) or "").split(",")
     notes = []
-    if "grpo" in algos and "gspo" in algos and _given("train.minibatches", overrides, params) == "1" and \
-            _given("train.epochs", overrides, params) in (None, "1"):
-        raise GspoError("train.minibatches=1 is on-policy: every ratio is 1, so GRPO and GSPO give the same gradient "
-                        "and their arms cannot differ; use train.minibatches=4 (the GSPO paper's) or train.epochs=2")
+    known = {a: ALGOS[a] for a in algos if a in ALGOS}
+    on_policy = _given("train.minibatches", overrides, params) == "1" and \
+        _given("train.epochs", overrides, params) in (None, "1")
+    for a, spec in known.items():
+        if on_policy and spec.on_policy_as in known:
+            other = known[spec.on_policy_as]
+            raise GspoError(f"train.minibatches=1 is on-policy: every ratio is 1, so {other.title} and {spec.title} give "
+                            "the same gradient and their arms cannot differ; use train.minibatches=4 (the GSPO "
+                            "paper's) or train.epochs=2")
     token_free = not any(o.split("=", 1)[0].lstrip("+").startswith(("algo.advantage", "algo.correction"))
                          for o in [*overrides, *params])
-    if "gspo" in algos and "gspo_token" in algos and token_free:
-        kept = ",".join(a for a in algos if a != "gspo_token")
+    dropped = [a for a, spec in known.items() if token_free and spec.same_as in known]
+    if dropped:
+        kept = ",".join(a for a in algos if a not in dropped)
         overrides = [o for o in overrides if o.split("=", 1)[0] != "algo"] + [f"algo={kept}"]
-        notes.append("GSPO-token left out: with one advantage per sequence (algo.advantage=group) it equals GSPO in "
-                     "value and gradient (GSPO paper, eqs. 13-14); sweep algo=gspo_token_step for per-token credit")
+        for a in dropped:
+            spec = known[a]
+            notes.append(f"{spec.title} left out: with one advantage per sequence (algo.advantage=group) it equals "
+                         f"{known[spec.same_as].title} in value and gradient; sweep a preset with per-token "
+                         f"advantages (algo.advantage=step) to compare them")
     return overrides, notes
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gspo.algos import ALGOS
 from gspo.conf.resume import trajectory_neutral
 from gspo.report.comparable import check_comparable
 from gspo.report.runs import Run
@@ -24,8 +25,13 @@ from gspo.report.runs import Run
 REPLICATE_KEYS = ("seed",)
 BOOKKEEPING = ("run_id", "output_dir", "resume", "logger.", "eval.workers", "model.tiny.cache_dir")
 FIRST = ("algo.name",)
-ALGO_NAMES = {"grpo": "GRPO", "gspo": "GSPO", "gspo_token": "GSPO-token", "dapo": "DAPO", "dr_grpo": "Dr. GRPO",
-              "gmpo": "GMPO", "cispo": "CISPO", "sapo": "SAPO"}
+
+
+def algo_title(name: object) -> str:
+    """An algorithm's name as its paper writes it (its registration's `display`); a name no longer registered
+    (a run of an older version) as it is."""
+    algo = ALGOS.get(str(name))
+    return algo.title if algo else str(name)
 
 
 @dataclass
@@ -92,7 +98,7 @@ def _value(v) -> str:
 
 def short_label(values: dict) -> str:
     """GRPO, GSPO-token, GSPO lr=0.0005, minibatches=8 ("all runs" when nothing differs)."""
-    parts = [ALGO_NAMES.get(str(v), str(v)) if k == "algo.name" else f"{k.rsplit('.', 1)[-1]}={_value(v)}"
+    parts = [algo_title(v) if k == "algo.name" else f"{k.rsplit('.', 1)[-1]}={_value(v)}"
              for k, v in values.items()]
     return " ".join(parts) or "all runs"
 

@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import gspo.algos.metrics as M  # noqa: E402
-from gspo.report.arms import ALGO_NAMES, Arm, legend_note  # noqa: E402
+from gspo.report.arms import Arm, algo_title, legend_note  # noqa: E402
 from gspo.report.collapse import collapsed  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
 from gspo.report.stats import band  # noqa: E402
@@ -275,7 +275,7 @@ def sensitivity(arms: list[Arm], key: str, head: Headline, out: Path) -> bool:
         drawn = True
         st = style(i)
         bands = [band(vs, valid) for vs in values]
-        name = ALGO_NAMES.get(algo, algo)
+        name = algo_title(algo)
         how = " (min-max of 2 seeds)" if any(b.how == "min-max" for b in bands) else ""
         broke = " (top: seeds collapsed)" if any(collapsed(r) for a in group for r in a.runs) else ""
         ax.plot(xs, [b.mean for b in bands], marker="o", linewidth=2, label=f"{name}{how}{broke}", **st)
