@@ -18,10 +18,6 @@ This package imports nothing else of gspo's.
 import importlib as _importlib
 import pkgutil as _pkgutil
 
-# Every module of this package is imported, so a new algorithm is its loss module (which registers itself) and
-# its preset in conf/algo/, and no list here to edit.
-for _module in _pkgutil.iter_modules(__path__):
-    _importlib.import_module(f"{__name__}.{_module.name}")
 from .advantages import (
     ESTIMATORS,
     constant_groups,
@@ -37,6 +33,11 @@ from .corrections import correction_weights
 from .diagnostics import mismatch_metrics, ratio_diagnostics
 from .registry import ALGOS, REDUCTIONS, Algorithm, available, get, option_names, policy_loss, register
 from .shaping import overlong_penalty
+
+# Every module of this package is imported, so a new algorithm is its loss module (which registers itself) and
+# its preset in conf/algo/, and no list here to edit.
+for _module in _pkgutil.iter_modules(__path__):
+    _importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "AGGREGATIONS",

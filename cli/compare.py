@@ -29,16 +29,11 @@ import typer
 from omegaconf import OmegaConf
 
 from gspo.cli.errors import user_errors
-from gspo.cli.report import print_report
-from gspo.cli.sweep import run_sweep
 from gspo.conf.choices import check_choice
 from gspo.conf.errors import GspoError
 from gspo.conf.overrides import planned_jobs
 from gspo.conf.schema import VerdictConfig
 from gspo.conf.verdict import split_verdict
-from gspo.report import write_report
-from gspo.report.rounds import STOP_SEEDS, STOP_SETTLED, STOP_TIME, look, round_lines
-from gspo.trainer.run.rundir import atomic_write_text
 
 DEFAULT_PRESET = "compare"
 
@@ -85,6 +80,11 @@ def compare_cmd(
     (group-sequential), or verdict.max_seeds / verdict.max_minutes is spent."""
     name, rest = pick_preset(list(overrides or []))
     verdict, rest = split_verdict(rest)
+    # the sweep, the trainer and the report load torch and pandas: imported once the preset and verdict are checked
+    from gspo.cli.report import print_report
+    from gspo.cli.sweep import run_sweep
+    from gspo.report import write_report
+
     command = f"gspo compare {' '.join(overrides or [])}".strip()
     if verdict.until == "resolved":
         compare_until(name, rest, verdict, command)
@@ -125,6 +125,12 @@ def plan_rounds(name: str, rest: list[str], verdict: VerdictConfig) -> list[list
 
 def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: str) -> None:
     """Rounds of seeds, a group-sequential look after each, then one report over every round."""
+    from gspo.cli.report import print_report
+    from gspo.cli.sweep import run_sweep
+    from gspo.report import write_report
+    from gspo.report.rounds import STOP_SEEDS, STOP_SETTLED, STOP_TIME, look, round_lines
+    from gspo.trainer.run.rundir import atomic_write_text
+
     rounds = plan_rounds(name, rest, verdict)
     given = [o.split("=", 1)[1] for o in rest if o.startswith("hydra.sweep.dir=")]
     outer = Path(given[-1] if given else f"results/sweeps/{time.strftime('%Y%m%d-%H%M%S')}")

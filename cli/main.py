@@ -61,16 +61,20 @@ def train(
     (the same as gspo sweep), hydra/launcher=joblib|submitit_local, hydra/sweeper=optuna. --cfg alone
     prints the resolved, checked config with each key's one-line doc.
     """
-    from gspo.cli.sweep import INFO_FLAGS, MULTIRUN, run_hydra_flags, run_sweep
     from gspo.conf import compose_config
     from gspo.conf.docs import annotated_yaml
+    from gspo.conf.overrides import INFO_FLAGS, MULTIRUN
 
     args = list(overrides or [])
     if any(a in MULTIRUN for a in args):
+        from gspo.cli.sweep import run_sweep
+
         run_sweep(args)
         return
     cfg_alone = "--cfg" in args and args[args.index("--cfg") + 1 : args.index("--cfg") + 2] not in (["job"], ["hydra"], ["all"])
     if not cfg_alone and any(a in INFO_FLAGS for a in args):
+        from gspo.cli.sweep import run_hydra_flags
+
         run_hydra_flags(args)
         return
     config = compose_config([a for a in args if a != "--cfg"])
@@ -102,11 +106,12 @@ def explain(
     aggregation and its normaliser (micro-batch, accumulation and data-parallel factors), where pi_old and the
     sampler's log-probs come from, the correction. Loads no model; every run writes the same card to estimator.txt."""
     from gspo.conf import compose_config
-    from gspo.trainer.step.advantages import check_algorithm
+
+    config = compose_config(list(overrides or []))
+    from gspo.trainer.step.advantages import check_algorithm  # torch: once the config composes
     from gspo.trainer.step.explain import estimator_card
     from gspo.trainer.tasks.registry import build_task
 
-    config = compose_config(list(overrides or []))
     if config.task.kind == "arith":  # the other tasks read their dataset to build; the card does not need it
         check_algorithm(config.algo, build_task(config.task))
     typer.echo(estimator_card(config, world_size=int(os.environ.get("WORLD_SIZE", "1"))), nl=False)
@@ -145,13 +150,15 @@ def eval_cmd(
     The config is gspo train's, composed by Hydra: --cfg prints it with each key's doc; -m evaluates every
     combination (eval.benches=\\[aime24],\\[livecodebench] model.name=a,b), one output folder per job.
     """
-    from gspo.cli.sweep import MULTIRUN, run_sweep
     from gspo.conf import compose_config
     from gspo.conf.docs import annotated_yaml
+    from gspo.conf.overrides import MULTIRUN
 
     args = list(overrides or [])
     _refuse_model_path(args)
     if any(a in MULTIRUN for a in args):
+        from gspo.cli.sweep import run_sweep
+
         run_sweep(args, command="eval")
         return
     config = compose_config([a for a in args if a != "--cfg"], command="eval")
@@ -213,9 +220,10 @@ def _offline_without_network() -> None:
 def main() -> None:
     """Console entry point: user errors are one line on stderr and exit code 2, never a traceback."""
     _offline_without_network()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # weight loading/saving bars would bury the run's own progress
+    # weight loading/saving bars would bury the run's own progress: transformers' and the hub's bars both read
+    # this at import (as transformers.utils.logging.disable_progress_bar() sets them), and importing
+    # transformers here would cost a command that fails on its config several seconds before its one line
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         with one_line_errors():
             app()

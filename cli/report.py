@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from gspo.cli.errors import user_errors
 from gspo.conf.schema import VerdictConfig
 from gspo.conf.verdict import check_effect
-from gspo.report import Report, fmt, write_groups, write_report
+
+if TYPE_CHECKING:
+    from gspo.report import Report
 
 
 @user_errors
@@ -34,6 +37,11 @@ def report_cmd(
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds; arms that share their
     seeds are compared seed by seed (paired t), others by Welch's interval, each verdict naming its method."""
     check_effect(effect)
+    from gspo.report import (  # pandas, matplotlib, torch: once the arguments are checked
+        write_groups,
+        write_report,
+    )
+
     paths = list(paths or [])
     if out is None:
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
@@ -49,6 +57,8 @@ def report_cmd(
 
 
 def print_report(report: Report) -> None:
+    from gspo.report import fmt
+
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"report: {report.out_dir / 'report.html'} (also report.md, summary.csv, {len(report.files) - 3} plots)")

@@ -45,7 +45,7 @@ from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists
-from gspo.conf.overrides import check_sweep_overrides, planned_jobs, swept_keys
+from gspo.conf.overrides import MULTIRUN, check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.resume import continued_config
 from gspo.conf.schema import register_configs
 from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
@@ -54,8 +54,6 @@ from gspo.trainer.run.rundir import atomic_write_text, read_jsonl_lines, read_st
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
-MULTIRUN = ("-m", "--multirun")
-INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 
 
 def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
@@ -151,7 +149,7 @@ def fold_equal_arms(overrides: list[str], params: dict[str, str] | None) -> tupl
     known = {a: ALGOS[a] for a in algos if a in ALGOS}
     on_policy = _given("train.minibatches", overrides, params) == "1" and \
         _given("train.epochs", overrides, params) in (None, "1")
-    for a, spec in known.items():
+    for spec in known.values():
         if on_policy and spec.on_policy_as in known:
             other = known[spec.on_policy_as]
             raise GspoError(f"train.minibatches=1 is on-policy: every ratio is 1, so {other.title} and {spec.title} give "

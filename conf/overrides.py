@@ -17,6 +17,9 @@ from hydra.errors import HydraException, OverrideParseException
 from gspo.conf.compose import compose_config
 from gspo.conf.errors import GspoError
 
+MULTIRUN = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
+INFO_FLAGS = ("--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")  # Hydra's flags that print, not run
+
 
 def _values(override) -> list[str]:
     """The override as plain `key=value` strings, one per swept value."""

@@ -127,6 +127,42 @@ class Gspo:
         return subprocess.run(["gspo", *args], cwd=cwd, env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
 
+    def batch(self, commands: list[tuple[list[str], Path]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
+        """Several `gspo <args>` (each in its folder) one after another in one fresh interpreter, through the
+        console script's own entry point (gspo.cli.entry.main: its one-line errors and exit codes): the
+        interpreter's start and imports are paid once, not per command. Each gives what `subprocess` would:
+        an exception escaping the entry point is a traceback and exit 1, as Python's would be."""
+        import json
+
+        todo = json.dumps([{"args": list(args), "cwd": str(cwd)} for args, cwd in commands])
+        proc = subprocess.run(["python", "-c", _BATCH], input=todo, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [subprocess.CompletedProcess(["gspo", *c["args"]], c["code"], c["stdout"], c["stderr"])
+                for c in json.loads(proc.stdout.splitlines()[-1])]
+
+
+# Gspo.batch's interpreter: runs each command through the console script's entry point, in its own folder.
+_BATCH = """
+import contextlib, io, json, os, sys, traceback
+from gspo.cli.entry import main
+done = []
+for cmd in json.loads(sys.stdin.read()):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    os.chdir(cmd["cwd"])
+    sys.argv = ["gspo", *cmd["args"]]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    done.append({"args": cmd["args"], "code": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+print(json.dumps(done))
+"""
+
 
 @pytest.fixture(scope="session")
 def gspo(gspo_env, cold_start) -> Gspo:
@@ -142,10 +178,22 @@ def finished_run(gspo, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def sweep_dir(gspo, tmp_path_factory) -> Path:
     """`gspo sweep algo=grpo,gspo seed=0,1 train.steps=2` on TINY (the console script), shared by the
-    session: four finished runs under <tmp>/runs, the sweep folder returned. Read it, never write to it."""
-    cwd = tmp_path_factory.mktemp("sweep")
-    result = gspo.subprocess("sweep", *TINY, "algo=grpo,gspo", "seed=0,1", "train.steps=2", "logger.progress=false",
-                             f"output_dir={cwd / 'runs'}", "hydra.sweep.dir=sweep", cwd=cwd)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"gspo report sweep --out {Path('sweep') / 'report'}" in result.stdout
+    session and, under xdist, by every worker (the first to need it builds it under a lock in the session's
+    shared tmp root; the others wait and read it): four finished runs under <tmp>/runs, the sweep folder
+    returned. Read it, never write to it."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # <basetemp>/popen-gwN: the parent is the session's, common to the workers
+    cwd, done = shared / "shared-sweep", shared / "shared-sweep.done"
+    with FileLock(str(shared / "shared-sweep.lock")):
+        if not done.exists():
+            cwd.mkdir(exist_ok=True)
+            result = gspo.subprocess("sweep", *TINY, "algo=grpo,gspo", "seed=0,1", "train.steps=2",
+                                     "logger.progress=false", f"output_dir={cwd / 'runs'}", "hydra.sweep.dir=sweep",
+                                     cwd=cwd)
+            assert result.returncode == 0, result.stderr[-3000:]
+            assert f"gspo report sweep --out {Path('sweep') / 'report'}" in result.stdout
+            done.touch()
     return cwd / "sweep"

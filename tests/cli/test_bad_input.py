@@ -1,8 +1,10 @@
 """Bad input to `gspo train`: one line on stderr starting with `error:`, a non-zero exit, no traceback, and
 the results/ folder it runs next to left exactly as it was (no file changed, no half-made run dir).
 
-Each command runs as the installed console script in its own copy of a project folder whose
-results/runs/ holds a finished run; the commands run concurrently to keep the file fast.
+Each command runs in its own copy of a project folder whose results/runs/ holds a finished run, through the
+console script's entry point: the commands that fail at the config, one after another in one interpreter
+(conftest's Gspo.batch: its start paid once), those that get past it (slow) each as the installed console
+script, concurrently.
 """
 
 from __future__ import annotations
@@ -117,12 +119,17 @@ def _run_cases(gspo, finished_run: Path, base: Path, runtime: bool) -> dict[str,
         args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, code=code, tmp=base) for o in overrides)]
         jobs[case_id] = (project, args, _snapshot(project))
 
+    if not runtime:
+        procs = gspo.batch([(args, project) for project, args, _ in jobs.values()])
+        return {case_id: {"proc": proc, "before": before, "after": _snapshot(project)}
+                for (case_id, (project, _, before)), proc in zip(jobs.items(), procs, strict=True)}
+
     def run(case_id: str) -> dict:
         project, args, before = jobs[case_id]
         proc = gspo.subprocess(*args, cwd=project)
         return {"proc": proc, "before": before, "after": _snapshot(project)}
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(jobs, pool.map(run, jobs), strict=True))
 
 
@@ -165,3 +172,17 @@ def test_a_read_only_output_dir_is_one_error_line(gspo, tmp_path):
     assert proc.stderr.strip() == f"error: output_dir={folder}/runs: {folder} is not writable; " \
                                   f"set output_dir= to a writable folder"
     assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["train", "algo=foo"], ["explain", "algo=gpso"], ["eval", "eval.k=0"],
+                                     ["compare", "preset=nosuch"], ["report", "--effect", "-1"]])
+def test_a_config_error_is_said_before_torch_loads(gspo_env, command):
+    """A typo is answered in about a second: the command line is checked before torch, transformers and pandas
+    are imported (6-10 s on a small CPU), so the one line does not wait for them."""
+    probe = ("import sys\nfrom gspo.cli.entry import main\nsys.argv = ['gspo', *sys.argv[1:]]\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+             "print(code, sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    proc = subprocess.run(["python", "-c", probe, *command], env=gspo_env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.stdout.split()[-2:] == ["2", "[]"], (proc.stdout, proc.stderr)
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
