@@ -2,9 +2,9 @@
 the results/ folder it runs next to left exactly as it was (no file changed, no half-made run dir).
 
 Each command runs in its own copy of a project folder whose results/runs/ holds a finished run, through the
-console script's entry point: the commands that fail at the config, one after another in one interpreter
-(conftest's Gspo.batch: its start paid once), those that get past it (slow) each as the installed console
-script, concurrently.
+console script's entry point, one after another in one interpreter (conftest's Gspo.batch: its start and
+torch's import paid once, not per command); the read-only folder and `gspo explain` cases below run the
+installed console script itself.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -21,8 +20,6 @@ import pytest
 from conftest import TINY
 
 from gspo.algos.registry import available
-
-slow = pytest.mark.slow  # the command gets past config checks: a fresh interpreter imports torch (~15 s)
 
 
 def _math_rows(tmp: Path) -> Path:
@@ -119,18 +116,9 @@ def _run_cases(gspo, finished_run: Path, base: Path, runtime: bool) -> dict[str,
         args = ["train", "-q", *TINY, "train.steps=1", *(o.format(rows=rows, code=code, tmp=base) for o in overrides)]
         jobs[case_id] = (project, args, _snapshot(project))
 
-    if not runtime:
-        procs = gspo.batch([(args, project) for project, args, _ in jobs.values()])
-        return {case_id: {"proc": proc, "before": before, "after": _snapshot(project)}
-                for (case_id, (project, _, before)), proc in zip(jobs.items(), procs, strict=True)}
-
-    def run(case_id: str) -> dict:
-        project, args, before = jobs[case_id]
-        proc = gspo.subprocess(*args, cwd=project)
-        return {"proc": proc, "before": before, "after": _snapshot(project)}
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(jobs, pool.map(run, jobs), strict=True))
+    procs = gspo.batch([(args, project) for project, args, _ in jobs.values()])
+    return {case_id: {"proc": proc, "before": before, "after": _snapshot(project)}
+            for (case_id, (project, _, before)), proc in zip(jobs.items(), procs, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +133,7 @@ def runtime_outcomes(gspo, finished_run, tmp_path_factory):
 
 @pytest.mark.parametrize(
     ("case_id", "words", "runtime"),
-    [pytest.param(c, w, late, id=c, marks=[slow] if late else []) for c, _, w, late in CASES],
+    [pytest.param(c, w, late, id=c) for c, _, w, late in CASES],
 )
 def test_bad_input_is_one_error_line_and_leaves_results_alone(request, case_id, words, runtime):
     outcome = request.getfixturevalue("runtime_outcomes" if runtime else "config_outcomes")[case_id]
