@@ -125,13 +125,13 @@ def plan_rounds(name: str, rest: list[str], verdict: VerdictConfig) -> list[list
 
 def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: str) -> None:
     """Rounds of seeds, a group-sequential look after each, then one report over every round."""
-    from gspo.cli.report import print_report
+    rounds = plan_rounds(name, rest, verdict)
+    from gspo.cli.report import print_report  # torch and pandas: once the rounds are planned
     from gspo.cli.sweep import run_sweep
     from gspo.report import write_report
     from gspo.report.rounds import STOP_SEEDS, STOP_SETTLED, STOP_TIME, look, round_lines
     from gspo.trainer.run.rundir import atomic_write_text
 
-    rounds = plan_rounds(name, rest, verdict)
     given = [o.split("=", 1)[1] for o in rest if o.startswith("hydra.sweep.dir=")]
     outer = Path(given[-1] if given else f"results/sweeps/{time.strftime('%Y%m%d-%H%M%S')}")
     base = [o for o in rest if not o.startswith(("hydra.sweep.dir=", "seed="))]
