@@ -66,7 +66,7 @@ from gspo.report.tables import (
     valid_range,
 )
 from gspo.report.tracker import log_report, report_wandb_mode
-from gspo.trainer.run.rundir import STATUS_UNREADABLE
+from gspo.trainer.run.rundir import ESTIMATOR_CARD, STATUS_UNREADABLE
 
 # the settings that define an experiment, shown above the fold (what differs between arms is shown too)
 DEFINING = ("model.name", "task.name", "train.steps", "train.prompts_per_step", "train.group_size",
@@ -132,7 +132,8 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
         front += _sensitivity(arms, key, heads, out_dir, front_files, compared)
     plots = write_plots(arms, task, out_dir, progress)
     notes = _notes(runs, notes + final_notes(runs, heads)) + timing
-    blocks = front + _setup(runs, arms, keys, command) + _noise(arms, heads, diffs) + _results(arms, heads, diffs)
+    blocks = (front + _setup(runs, arms, keys, command) + _cards(arms) + _noise(arms, heads, diffs)
+              + _results(arms, heads, diffs))
     blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
     blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
@@ -353,6 +354,28 @@ def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> l
               table=pd.DataFrame({"key": list(rest), "value": [str(v) for v in rest.values()]})),
     ]
     return blocks
+
+
+def _cards(arms: list[Arm]) -> list[Block]:
+    """What each arm's update computes (its runs' estimator.txt, the card `gspo explain` prints): the ratio, clip
+    or mask, advantage, aggregation and normaliser, pi_old's source and the correction. An arm whose seeds wrote
+    different cards shows each; runs of versions before the card show none."""
+    blocks = []
+    for arm in arms:
+        cards = []
+        for run in arm.runs:
+            path = run.path / ESTIMATOR_CARD
+            text = path.read_text(errors="replace").rstrip() if path.is_file() else ""
+            if text and text not in cards:
+                cards.append(text)
+        for i, card in enumerate(cards):
+            blocks += [Block("p", f"**{arm.label}**" + (f" (card {i + 1} of {len(cards)}: its seeds differ)"
+                                                          if len(cards) > 1 else "")), Block("pre", card)]
+    if not blocks:
+        return []
+    return [Block("h2", "What each arm computes"),
+            Block("p", f"Each arm's estimator as its runs wrote it ({ESTIMATOR_CARD}, the card `gspo explain` prints for "
+                       "the same config)."), *blocks]
 
 
 def _noise(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]]) -> list[Block]:

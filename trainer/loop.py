@@ -57,6 +57,7 @@ from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.run.loggers import Loggers
 from gspo.trainer.run.progress import Progress
 from gspo.trainer.run.rundir import (
+    ESTIMATOR_CARD,
     SET_ASIDE,
     RunDir,
     atomic_write_text,
@@ -181,7 +182,7 @@ def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unr
             f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
             "those steps again as it redoes them")
     run.write_config(config_to_yaml(cfg))
-    atomic_write_text(run.path / "estimator.txt", estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
+    atomic_write_text(run.path / ESTIMATOR_CARD, estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
                    **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
 

@@ -235,3 +235,15 @@ def test_report_logs_plots_and_summary_to_wandb_when_on(gspo, sweep_dir, tmp_pat
     pngs = sorted(out.glob("*.png"))
     assert len(list(files.glob("media/images/report/*.png"))) == len(pngs) > 0
     assert len(list(files.glob("media/table/report/summary_*.table.json"))) == 1
+
+
+def test_the_page_shows_what_each_arm_computes(sweep_dir, report):
+    """Each arm's estimator card (its runs' estimator.txt, `gspo explain`'s output) is on the page, under its label."""
+    md = (report / "report.md").read_text()
+    assert "## What each arm computes" in md
+    cards = {r.name.split("-")[-2]: (r / "estimator.txt").read_text().rstrip() for r in _runs(sweep_dir)}
+    assert cards["grpo"].startswith("estimator  grpo") and cards["gspo"].startswith("estimator  gspo")
+    for label, algo in (("GRPO", "grpo"), ("GSPO", "gspo")):
+        assert f"**{label}**\n\n```\n{cards[algo]}\n```" in md, label
+    html = (report / "report.html").read_text()
+    assert "What each arm computes" in html and "estimator  gspo" in html

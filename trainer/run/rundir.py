@@ -49,6 +49,7 @@ from gspo.conf.errors import GspoError
 from gspo.trainer.run.records import RUN_STATUS, metrics_row_problem, record_problem
 
 LOGS = ("metrics.jsonl", "samples.jsonl", "evals.jsonl", "eval_samples.jsonl")
+ESTIMATOR_CARD = "estimator.txt"  # <run>/estimator.txt, written at the run's start: `gspo explain` of its config
 MANIFEST = "complete.json"  # written last into a checkpoint: without it (or with a mismatch) it is not intact
 SET_ASIDE = "set-aside"  # <run>/set-aside/<log>: rows a resume cut from <log>, appended, never rewritten
 STATUS_UNREADABLE = "unreadable"  # what a reader shows for a run.json it cannot parse
