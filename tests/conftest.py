@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ class Gspo:
         import json
 
         todo = json.dumps([{"args": list(args), "cwd": str(cwd)} for args, cwd in commands])
-        proc = subprocess.run(["python", "-c", _BATCH], input=todo, env=self.env, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-c", _BATCH], input=todo, env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return [subprocess.CompletedProcess(["gspo", *c["args"]], c["code"], c["stdout"], c["stderr"])

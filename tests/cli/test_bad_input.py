@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -170,7 +171,7 @@ def test_a_config_error_is_said_before_torch_loads(gspo_env, command):
     probe = ("import sys\nfrom gspo.cli.entry import main\nsys.argv = ['gspo', *sys.argv[1:]]\n"
              "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
              "print(code, sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
-    proc = subprocess.run(["python", "-c", probe, *command], env=gspo_env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", probe, *command], env=gspo_env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.stdout.split()[-2:] == ["2", "[]"], (proc.stdout, proc.stderr)
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
