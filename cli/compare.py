@@ -90,7 +90,7 @@ def compare_cmd(
         compare_until(name, rest, verdict, command)
         return
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),
-                          preset_params=sweep_params(presets()[name]), report_hint=False,
+                          preset_params=sweep_params(presets()[name]), report_hint=False, at_once=True,
                           again=" ".join(["gspo compare", *(quote(o) for o in overrides or []
                                                             if not o.startswith("hydra.sweep.dir="))]))
     print_report(write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
@@ -141,7 +141,7 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
     for i, seeds in enumerate(rounds, 1):
         dirs.append(run_sweep([f"+sweep={name}", *base, f"seed={','.join(map(str, seeds))}",
                                f"hydra.sweep.dir={outer / f'round-{i}'}"], preset_keys=swept_by(presets()[name]),
-                              preset_params=sweep_params(presets()[name]), report_hint=False))
+                              preset_params=sweep_params(presets()[name]), report_hint=False, at_once=True))
         seen.append(sum(map(len, rounds[:i])))
         late = verdict.max_minutes is not None and time.time() - start >= 60 * verdict.max_minutes
         last = i == len(rounds) or late

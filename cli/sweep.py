@@ -45,7 +45,7 @@ from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists
-from gspo.conf.overrides import MULTIRUN, check_sweep_overrides, planned_jobs, swept_keys
+from gspo.conf.overrides import MULTIRUN, check_sweep_overrides, first_job, planned_jobs, swept_keys
 from gspo.conf.resume import continued_config
 from gspo.conf.schema import register_configs
 from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
@@ -53,19 +53,22 @@ from gspo.trainer.run.records import RecordError, read_sweep_plan, relative_run_
 from gspo.trainer.run.rundir import atomic_write_text, read_jsonl_lines, read_status
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
+GIB_PER_JOB = 2  # memory allowed per job run at once by default: a job of the embedded model peaks near 0.75 GiB RSS
 QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 
 
 def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
               preset_params: dict[str, str] | None = None, report_hint: bool = True,
-              again: str | None = None) -> Path:
+              again: str | None = None, at_once: bool = False) -> Path:
     """Run every job of the sweep; print where the runs are and (`report_hint`; not when the caller writes the
     report itself, as `gspo compare` does) the report command. Returns the sweep dir.
     `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output).
     A training sweep run again with the same folder (hydra.sweep.dir=) and overrides resumes it: the
     sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones resumed.
     `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN). `again`: the command
-    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`)."""
+    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`). `at_once`
+    (`gspo compare`): with no launcher named, run the jobs several at once where that is measured faster
+    (`jobs_at_once`)."""
     register_configs()
     overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     resume = [a for a in overrides if a.startswith("resume=")]
@@ -88,7 +91,14 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     os.environ["GSPO_SWEEP"] = stamp
     os.environ["GSPO_SWEPT"] = " ".join(dict.fromkeys([*preset_keys, *swept_keys(overrides)]))
     os.environ["GSPO_COMMAND"] = command
-    sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides]
+    launcher = []
+    if at_once and command == "train":
+        n = jobs_at_once(overrides, preset_params)
+        if n > 1:  # not in the sweep's plan: how its jobs are laid out on the cores does not change them
+            launcher = ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={n}"]
+            typer.echo(f"sweep: {n} jobs at once, {_threads(n)} torch thread(s) each (on CPU cores the embedded "
+                       "model's runs finish sooner side by side; hydra/launcher=basic runs them one at a time)", err=True)
+    sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides, *launcher]
     try:
         _job()
     except KeyboardInterrupt:
@@ -207,6 +217,42 @@ def check_launcher(overrides: list[str]) -> None:
                             f"pip install 'gspo[{extra}]'")
 
 
+def jobs_at_once(overrides: list[str], params: dict[str, str] | None = None) -> int:
+    """How many jobs of a preset sweep run at once when the command line names no launcher: on a machine whose
+    runs are on CPU, with the embedded model (model.name=tiny), one job per core, at most one per GIB_PER_JOB of
+    memory and no more than the sweep has jobs; else 1 (Hydra's basic launcher). Measured on 2 cores
+    (perf/jobs_vs_threads.py, results/time-to-answer): the default compare took 1.2x less wall time as 2 jobs at
+    1 thread each than as 1 job at 2 threads, as the embedded model's small matmuls gain little from a second
+    thread. A hub model's larger matmuls do gain, and its memory is the user's to plan, so it runs one at a time."""
+    if any(o.startswith("hydra/launcher=") for o in overrides) or not plugin_installed(PLUGINS["joblib"]):
+        return 1
+    cores, jobs = os.cpu_count() or 1, len(planned_jobs(overrides, params) or [])
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    n = min(cores, jobs, int(memory // GIB_PER_JOB))
+    if n < 2:
+        return 1
+    from gspo.conf.compose import compose_config
+
+    cfg = compose_config(first_job([*(f"{k}={v}" for k, v in (params or {}).items()), *overrides]))
+    if cfg.model.name != "tiny" or not _on_cpu(cfg.device):
+        return 1
+    return n
+
+
+def _on_cpu(device: str) -> bool:
+    if device == "auto":
+        import torch
+
+        return not torch.cuda.is_available()
+    return device.startswith("cpu")
+
+
+def _threads(n_jobs: int) -> int:
+    """Torch threads per job when a launcher runs `n_jobs` at once (joblib's n_jobs; -1: one per core)."""
+    cores = os.cpu_count() or 1
+    return max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+
+
 def plugin_installed(module: str) -> bool:
     return importlib.util.find_spec(f"hydra_plugins.{module}") is not None
 
@@ -222,10 +268,13 @@ def run_hydra_flags(args: list[str]) -> None:
 def _threads_per_job() -> int | None:
     """A launcher running n jobs at once (joblib's n_jobs) gets cores // n torch threads per job."""
     n_jobs = HydraConfig.get().launcher.get("n_jobs")
-    if not n_jobs:
-        return None
-    cores = os.cpu_count() or 1
-    return max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+    return _threads(n_jobs) if n_jobs else None
+
+
+def _at_once() -> int:
+    """How many of the sweep's jobs its launcher runs side by side (joblib's n_jobs; -1: one per core)."""
+    n_jobs = HydraConfig.get().launcher.get("n_jobs") or 1
+    return (os.cpu_count() or 1) if n_jobs < 0 else n_jobs
 
 
 def _name_job(cfg: DictConfig, job) -> None:
@@ -253,9 +302,9 @@ def _planned(hc) -> str | None:
     return jobs[hc.job.num] if hc.job.num < len(jobs) else None
 
 
-def job_progress(sweep_dir: Path, num: int, jobs: list | None) -> str:
+def job_progress(sweep_dir: Path, num: int, jobs: list | None, at_once: int = 1) -> str:
     """`job i/N` and an ETA for the jobs left (this one included) from the mean wall time of the sweep's jobs
-    that finished so far; with no plan (a search sweeper) `job i`."""
+    that finished so far, `at_once` of them running side by side; with no plan (a search sweeper) `job i`."""
     total = len(jobs) if jobs else None
     head = f"sweep job {num + 1}/{total}" if total else f"sweep job {num + 1}"
     spans = [j["ended"] - j["started"] for j in sweep_jobs(sweep_dir)
@@ -266,18 +315,22 @@ def job_progress(sweep_dir: Path, num: int, jobs: list | None) -> str:
         return f"{head}, ETA once the job has logged 2 steps"
     per_job = sum(spans) / len(spans)
     left = total - num
-    return f"{head}, ETA {_clock(per_job * left)} for the {left} left ({_clock(per_job)} per job over {len(spans)} done)"
+    waves = -(-left // max(1, min(at_once, left)))
+    return f"{head}, ETA {_clock(per_job * waves)} for the {left} left ({_clock(per_job)} per job over {len(spans)} done" \
+        + (f", {at_once} at once)" if at_once > 1 else ")")
 
 
-def early_eta(run_dir: Path, steps: int, jobs: int) -> str | None:
-    """Before the sweep's first job ends: an ETA for all `jobs` from the steps job 1 has logged so far (its
-    time/step_s), or None below 2 steps. Evals, cold starts and a changing load are not in it: it says so."""
+def early_eta(run_dir: Path, steps: int, jobs: int, at_once: int = 1) -> str | None:
+    """Before the sweep's first job ends: an ETA for all `jobs`, `at_once` of them side by side, from the steps
+    job 1 has logged so far (its time/step_s), or None below 2 steps. Evals, cold starts and a changing load are
+    not in it: it says so."""
     rows, _ = read_jsonl_lines(run_dir / "metrics.jsonl")
     times = [float(r[TIME_STEP]) for r in rows if r.get("step", 0) >= 1 and r.get(TIME_STEP) is not None]
     if len(times) < 2:
         return None
     per_step = sum(times) / len(times)
-    left = per_step * (max(steps - len(times), 0) + steps * (jobs - 1))
+    waves = -(-jobs // max(1, min(at_once, jobs)))  # job 1 is in the first
+    left = per_step * (max(steps - len(times), 0) + steps * (waves - 1))
     return (f"sweep ETA about {_clock(left)} for the {jobs} jobs (job 1's first {len(times)} steps at {per_step:.2g} "
             "s/step; held-out evals and cold starts not counted; a firmer ETA once job 1 ends)")
 
@@ -285,9 +338,9 @@ def early_eta(run_dir: Path, steps: int, jobs: int) -> str | None:
 class _EarlyEta(threading.Thread):
     """Says `early_eta` once, as soon as job 1 has logged two steps (polled every few seconds)."""
 
-    def __init__(self, run_dir: Path, steps: int, jobs: int, say, every: float = 5.0):
+    def __init__(self, run_dir: Path, steps: int, jobs: int, say, every: float = 5.0, at_once: int = 1):
         super().__init__(daemon=True)
-        self.args, self.say, self.every, self.done = (run_dir, steps, jobs), say, every, threading.Event()
+        self.args, self.say, self.every, self.done = (run_dir, steps, jobs, at_once), say, every, threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(self.every):
@@ -300,9 +353,10 @@ class _EarlyEta(threading.Thread):
 def _early_eta(hc, run_dir: Path, steps: int) -> _EarlyEta | None:
     """While no job of a planned sweep of several has finished, a watcher that says `early_eta` (started)."""
     jobs = _plan_jobs(hc)
-    if not jobs or len(jobs) < 2 or any(j.get("outcome") == "finished" for j in sweep_jobs(Path(hc.sweep.dir))):
+    if not jobs or len(jobs) < 2 or hc.job.num > 0 or any(j.get("outcome") == "finished"
+                                                           for j in sweep_jobs(Path(hc.sweep.dir))):
         return None
-    watch = _EarlyEta(run_dir, steps, len(jobs), lambda m: typer.echo(m, err=True))
+    watch = _EarlyEta(run_dir, steps, len(jobs), lambda m: typer.echo(m, err=True), at_once=_at_once())
     watch.start()
     return watch
 
@@ -353,7 +407,7 @@ def _job(cfg: DictConfig) -> float:
         objective = cfg.objective or EVAL.format(cfg.task.name, EVAL_ACCURACY)
         said = _planned(hc) or " ".join(hc.job.override_dirname.split(","))
         state = read_status(run_dir).get("status")
-        where = job_progress(Path(hc.sweep.dir), hc.job.num, _plan_jobs(hc))
+        where = job_progress(Path(hc.sweep.dir), hc.job.num, _plan_jobs(hc), _at_once())
         if state == "finished":  # a sweep run again: this job is done
             if main:
                 typer.echo(f"{where}: {said} -> {run_dir} finished already, skipped", err=True)

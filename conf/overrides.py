@@ -43,6 +43,11 @@ def _parse(overrides: list[str]) -> list:
     return parsed
 
 
+def first_job(overrides: list[str]) -> list[str]:
+    """The overrides with every sweep at its first value (Hydra's own overrides left out): the sweep's first job."""
+    return [c[0] for c in (_values(o) for o in _parse(overrides) if not o.is_hydra_override()) if c]
+
+
 def check_sweep_overrides(overrides: list[str], command: str = "train") -> None:
     """Raise a GspoError for the first override Hydra cannot parse or compose (for `gspo <command>`)."""
     choices = [_values(o) for o in _parse(overrides) if not o.is_hydra_override()]

@@ -3,6 +3,9 @@ written nowhere; a preset's swept keys name its runs' tags; a short real `compar
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 import yaml
 from conftest import TINY
@@ -57,3 +60,7 @@ def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
     assert all(any(t.startswith("algo.correction.kind=") for t in c["logger"]["tags"]) for c in cfgs)
     report = (tmp_path / "sw" / "report" / "report.md").read_text()
     assert "gspo compare preset=mismatch" in report
+    if (os.cpu_count() or 1) >= 2:  # the embedded model on CPU cores: jobs side by side (cli/sweep.py jobs_at_once)
+        assert "jobs at once" in result.stderr
+        pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "sw" / "runs").glob("*.json")}
+        assert len(pids) >= 2, pids

@@ -1,5 +1,6 @@
-"""Hydra's launcher and sweeper plugins (optional extras) drive `gspo sweep` unchanged: Optuna searches on a
-named metric with trials run two at once by joblib (one torch thread each), and submitit's local launcher."""
+"""Hydra's launcher and sweeper plugins drive `gspo sweep` unchanged: Optuna searches on a named metric with
+trials run two at once by joblib (one torch thread each), and submitit's local launcher. `gspo compare` runs a
+preset's jobs side by side on CPU cores when no launcher is named (cli/sweep.py `jobs_at_once`)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,38 @@ def test_submitit_local_sweep_runs(gspo, tmp_path):
     (job,) = _jobs(tmp_path / "sweep")
     assert json.loads((job_run_dir(tmp_path / "sweep", job) / "run.json").read_text())["status"] == "finished"
     assert (tmp_path / "sweep" / ".submitit").is_dir()
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    return lambda cores: monkeypatch.setattr("os.cpu_count", lambda: cores)
+
+
+def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_elsewhere(cpu_only, monkeypatch):
+    from gspo.cli import sweep
+    from gspo.cli.compare import presets, sweep_params
+
+    compare = ["+sweep=compare"], sweep_params(presets()["compare"])  # 6 jobs: 2 algorithms x 3 seeds
+    cpu_only(2)
+    assert sweep.jobs_at_once(*compare) == 2
+    cpu_only(4)
+    assert sweep.jobs_at_once(*compare) == 4
+    cpu_only(64)
+    assert sweep.jobs_at_once(*compare) == 6  # no more than the sweep has jobs
+    assert sweep.jobs_at_once(["+sweep=compare", "seed=0", "algo=gspo"], {}) == 1  # one job
+    cpu_only(1)
+    assert sweep.jobs_at_once(*compare) == 1
+    cpu_only(2)
+    assert sweep.jobs_at_once(["+sweep=compare", "hydra/launcher=basic"], compare[1]) == 1  # the user's launcher
+    assert sweep.jobs_at_once(["+sweep=compare", "device=cuda"], compare[1]) == 1
+    assert sweep.jobs_at_once(["+sweep=compare", "model=qwen3-0.6b"], compare[1]) == 1  # a hub model: one at a time
+    monkeypatch.setattr(sweep, "GIB_PER_JOB", 10**6)
+    assert sweep.jobs_at_once(*compare) == 1  # not the memory for two
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sweep, "GIB_PER_JOB", 2)
+    assert sweep.jobs_at_once(*compare) == 1  # runs on a GPU (device=auto)

@@ -197,6 +197,8 @@ def test_a_sweep_gives_an_eta_from_its_first_job_before_it_ends(tmp_path):
     # 3 s/step: 18 steps left of job 1 and 5 jobs of 20 steps: 3 * (18 + 100) = 354 s
     assert early_eta(tmp_path, steps=20, jobs=6).startswith("sweep ETA about 0:05:54 for the 6 jobs (job 1's first "
                                                             "2 steps at 3 s/step")
+    # 2 at once: job 1's wave, then 2 more waves of 20 steps: 3 * (18 + 40) = 174 s
+    assert early_eta(tmp_path, steps=20, jobs=6, at_once=2).startswith("sweep ETA about 0:02:54 for the 6 jobs")
 
 
 def test_a_cold_start_rebuilt_for_a_changed_setting_says_which(tmp_path):

@@ -201,3 +201,6 @@ def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
                                                           "outcome": "finished"}))
     assert job_progress(tmp_path, 1, jobs) == "sweep job 2/4, ETA 0:05:00 for the 3 left (0:01:40 per job over 1 done)"
     assert job_progress(tmp_path, 1, None) == "sweep job 2"
+    # two at once: the 3 left take two waves of a job's time
+    assert job_progress(tmp_path, 1, jobs, at_once=2) == ("sweep job 2/4, ETA 0:03:20 for the 3 left (0:01:40 per job "
+                                                          "over 1 done, 2 at once)")
