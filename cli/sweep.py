@@ -26,6 +26,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -271,6 +272,36 @@ def _threads_per_job() -> int | None:
     return _threads(n_jobs) if n_jobs else None
 
 
+_WATCHED, _ORPHANED = threading.Event(), threading.Event()
+
+
+def _die_with_parent(every: float = 1.0, grace: float = 120.0) -> None:
+    """In a launcher's worker process (joblib's): once the `gspo` process that started it is gone (a SIGKILL
+    leaves the workers orphaned, each training on), SIGTERM to itself, which the trainer takes as an interruption:
+    the run is kept resumable, and no orphan trains on beside the sweep a user resumes. The job then exits the
+    worker (`_job`); one that has not within `grace` seconds is ended. Once per worker."""
+    if _WATCHED.is_set():
+        return
+    _WATCHED.set()
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        _ORPHANED.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace)
+        os._exit(143)
+
+    threading.Thread(target=watch, daemon=True, name="gspo-parent-watch").start()
+
+
+def _orphaned() -> bool:
+    """Whether this worker's `gspo` process is gone (a function: `_job` is pickled by value to joblib's workers,
+    and an Event in its globals would not pickle)."""
+    return _ORPHANED.is_set()
+
+
 def _at_once() -> int:
     """How many of the sweep's jobs its launcher runs side by side (joblib's n_jobs; -1: one per core)."""
     n_jobs = HydraConfig.get().launcher.get("n_jobs") or 1
@@ -396,6 +427,8 @@ def _job(cfg: DictConfig) -> float:
         validate_config(cfg)
         if command == "eval":
             return _eval_job(cfg, hc)
+        if "joblib" in str(hc.launcher.get("_target_", "")):
+            _die_with_parent()
         if "submitit" in str(hc.launcher.get("_target_", "")):
             export_slurm_world()  # a job of several Slurm tasks is one data-parallel run
         main = world_from_env().main
@@ -431,6 +464,8 @@ def _job(cfg: DictConfig) -> float:
         finally:
             if eta:
                 eta.done.set()
+            if _orphaned():  # the run is recorded as interrupted: the worker has no one to report to
+                os._exit(143)
         if not main:
             return float("nan")  # the launcher reports rank 0's value
         _record(hc, record | {"ended": time.time(), "outcome": "finished"})

@@ -5,6 +5,10 @@ preset's jobs side by side on CPU cores when no launcher is named (cli/sweep.py 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +93,50 @@ def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_else
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(sweep, "GIB_PER_JOB", 2)
     assert sweep.jobs_at_once(*compare) == 1  # runs on a GPU (device=auto)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie nobody has reaped yet (it trains no more)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+@pytest.mark.slow
+def test_a_killed_compare_leaves_no_worker_training_and_the_same_command_resumes_it(gspo, tmp_path):
+    """SIGKILL on `gspo compare` while two jobs run side by side: joblib's workers, orphaned, trained on (seen:
+    the killed compare's jobs ran to their end, beside whatever the user started next). Each worker now stops
+    itself as an interruption once its parent is gone, and the same command resumes both runs."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: compare runs its jobs one at a time")
+    args = ["compare", *TINY, "seed=0", "train.steps=150", "train.eval_every=0", "logger.progress=false",
+            f"output_dir={tmp_path / 'runs'}", "hydra.sweep.dir=sw"]
+    proc = subprocess.Popen(["gspo", *args], cwd=tmp_path, env=gspo.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    records = [tmp_path / "sw" / "runs" / f"{n}.json" for n in (0, 1)]
+
+    def stepping(record: Path) -> bool:  # its job has logged a training step
+        if not record.exists():
+            return False
+        metrics = job_run_dir(tmp_path / "sw", json.loads(record.read_text())) / "metrics.jsonl"
+        return metrics.exists() and '"step": 1' in metrics.read_text()
+
+    deadline = time.time() + 300
+    while not all(stepping(r) for r in records):
+        assert proc.poll() is None and time.time() < deadline, "the two jobs never both started training"
+        time.sleep(0.5)
+    jobs = [json.loads(r.read_text()) for r in records]
+    assert jobs[0]["pid"] != jobs[1]["pid"] != proc.pid  # two workers, side by side
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 60
+    while not all(_gone(j["pid"]) for j in jobs):
+        assert time.time() < deadline, "a worker of the killed compare is still running"
+        time.sleep(0.5)
+    runs = [job_run_dir(tmp_path / "sw", j) for j in jobs]
+    assert [json.loads((r / "run.json").read_text())["status"] for r in runs] == ["interrupted"] * 2
+    again = gspo.subprocess(*args, cwd=tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("(resuming: it was interrupted)") == 2
+    assert [json.loads((r / "run.json").read_text())["status"] for r in runs] == ["finished"] * 2
