@@ -6,7 +6,8 @@ GSPO, GMPO, CISPO, SAPO over three seeds), `family2026` (GRPO against DPPO-TV, D
 and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`).
 Arms provably equal under the config are not run twice (cli/sweep.py `fold_equal_arms`). Its arms,
 seeds and run length are the file's; overrides on the command line win over it (`algo=grpo,gspo seed=0,1
-train.steps=50`). The report goes to <sweep>/report.
+train.steps=50`). The report goes to <sweep>/report. On CPU cores with the embedded model the jobs run side by
+side, one torch thread each (cli/sweep.py `jobs_at_once`); `hydra/launcher=basic` runs them one at a time.
 
 `verdict.*` settings (conf/schema.py VerdictConfig) shape the verdict, not the runs: `verdict.effect` is the
 smallest effect of interest; `verdict.until=resolved` adds seeds to every arm in rounds (`verdict.round_seeds`,
