@@ -230,7 +230,7 @@ def test_the_readme_stability_table_matches_the_committed_runs_and_fishers_test(
     import pandas as pd
 
     rows = _readme_stability_rows()
-    assert [r[0].split(" ")[0] for r in rows if r[0]] == ["`lr`", "`stability`", "`moe`"]
+    assert [r[0].split(" ")[0] for r in rows if r[0]] == ["`lr`", "`lr`", "`stability`", "`moe`"]  # lr, then until
     frac = re.compile(r"(\d+)/(\d+)")
     for _setting, grpo, gspo, p in (r[1:] for r in rows):
         (gk, gn), (sk, sn) = (tuple(map(int, frac.match(c).groups())) for c in (grpo, gspo))
@@ -247,6 +247,12 @@ def test_the_readme_stability_table_matches_the_committed_runs_and_fishers_test(
             assert cell.startswith(f"{counts.loc[(algo, lr), 'sum']}/{counts.loc[(algo, lr), 'count']}"), (algo, lr)
     pooled = summary.groupby("algo.name")["broke"].agg(["sum", "count"])
     assert said["pooled over the 5 rates"] == tuple(f"{pooled.loc[a, 'sum']}/{pooled.loc[a, 'count']}" for a in ("grpo", "gspo"))
+    until = pd.read_csv(ROOT / "results" / "until-lr5e-4" / "summary.csv")  # the until run at 5e-4: every round's runs
+    until["broke"] = until["collapsed_step"].notna()
+    counts = until.groupby("algo.name")["broke"].agg(["sum", "count"])
+    (row,) = [r for r in rows if r[0].startswith("`lr` at 5e-4 until")]
+    for algo, cell in zip(("grpo", "gspo"), row[2:4], strict=True):
+        assert cell.startswith(f"{counts.loc[algo, 'sum']}/{counts.loc[algo, 'count']}"), algo
 
 
 def test_unequal_arms_say_each_arms_seeds_and_a_terminal_gets_a_first_line_at_once(tmp_path):
