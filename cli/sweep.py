@@ -228,8 +228,7 @@ def jobs_at_once(overrides: list[str], params: dict[str, str] | None = None) -> 
     if any(o.startswith("hydra/launcher=") for o in overrides) or not plugin_installed(PLUGINS["joblib"]):
         return 1
     cores, jobs = os.cpu_count() or 1, len(planned_jobs(overrides, params) or [])
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    n = min(cores, jobs, int(memory // GIB_PER_JOB))
+    n = min(cores, jobs, int(_memory_gib() // GIB_PER_JOB))
     if n < 2:
         return 1
     from gspo.conf.compose import compose_config
@@ -238,6 +237,11 @@ def jobs_at_once(overrides: list[str], params: dict[str, str] | None = None) -> 
     if cfg.model.name != "tiny" or not _on_cpu(cfg.device):
         return 1
     return n
+
+
+def _memory_gib() -> float:
+    """The machine's physical memory in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
 
 def _on_cpu(device: str) -> bool:

@@ -72,6 +72,7 @@ def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_else
     from gspo.cli.compare import presets, sweep_params
 
     compare = ["+sweep=compare"], sweep_params(presets()["compare"])  # 6 jobs: 2 algorithms x 3 seeds
+    monkeypatch.setattr(sweep, "_memory_gib", lambda: 64.0)  # the memory for 32 jobs, whatever this machine has
     cpu_only(2)
     assert sweep.jobs_at_once(*compare) == 2
     cpu_only(4)
@@ -85,12 +86,12 @@ def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_else
     assert sweep.jobs_at_once(["+sweep=compare", "hydra/launcher=basic"], compare[1]) == 1  # the user's launcher
     assert sweep.jobs_at_once(["+sweep=compare", "device=cuda"], compare[1]) == 1
     assert sweep.jobs_at_once(["+sweep=compare", "model=qwen3-0.6b"], compare[1]) == 1  # a hub model: one at a time
-    monkeypatch.setattr(sweep, "GIB_PER_JOB", 10**6)
-    assert sweep.jobs_at_once(*compare) == 1  # not the memory for two
+    monkeypatch.setattr(sweep, "_memory_gib", lambda: 3.0)
+    assert sweep.jobs_at_once(*compare) == 1  # not the memory for two (2 GiB a job)
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(sweep, "GIB_PER_JOB", 2)
+    monkeypatch.setattr(sweep, "_memory_gib", lambda: 64.0)
     assert sweep.jobs_at_once(*compare) == 1  # runs on a GPU (device=auto)
 
 
