@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import secrets
@@ -253,9 +254,9 @@ def _on_cpu(device: str) -> bool:
 
 
 def _threads(n_jobs: int) -> int:
-    """Torch threads per job when a launcher runs `n_jobs` at once (joblib's n_jobs; -1: one per core)."""
+    """Torch threads per job when a launcher runs `n_jobs` (>= 1) at once: the cores shared out."""
     cores = os.cpu_count() or 1
-    return max(1, cores // (cores if n_jobs < 0 else min(n_jobs, cores)))
+    return max(1, cores // min(n_jobs, cores))
 
 
 def plugin_installed(module: str) -> bool:
@@ -272,8 +273,14 @@ def run_hydra_flags(args: list[str]) -> None:
 
 def _threads_per_job() -> int | None:
     """A launcher running n jobs at once (joblib's n_jobs) gets cores // n torch threads per job."""
-    n_jobs = HydraConfig.get().launcher.get("n_jobs")
+    n_jobs = _launcher_jobs()
     return _threads(n_jobs) if n_jobs else None
+
+
+def _launcher_jobs() -> int | None:
+    """The jobs this sweep's launcher runs side by side (joblib's n_jobs; -1: one per core), None if it says none."""
+    n_jobs = HydraConfig.get().launcher.get("n_jobs")
+    return None if not n_jobs else (os.cpu_count() or 1) if n_jobs < 0 else n_jobs
 
 
 _WATCHED, _ORPHANED = threading.Event(), threading.Event()
@@ -307,9 +314,8 @@ def _orphaned() -> bool:
 
 
 def _at_once() -> int:
-    """How many of the sweep's jobs its launcher runs side by side (joblib's n_jobs; -1: one per core)."""
-    n_jobs = HydraConfig.get().launcher.get("n_jobs") or 1
-    return (os.cpu_count() or 1) if n_jobs < 0 else n_jobs
+    """How many of the sweep's jobs run side by side (1 under Hydra's basic launcher)."""
+    return _launcher_jobs() or 1
 
 
 def _name_job(cfg: DictConfig, job) -> None:
@@ -350,7 +356,7 @@ def job_progress(sweep_dir: Path, num: int, jobs: list | None, at_once: int = 1)
         return f"{head}, ETA once the job has logged 2 steps"
     per_job = sum(spans) / len(spans)
     left = total - num
-    waves = -(-left // max(1, min(at_once, left)))
+    waves = math.ceil(left / at_once)
     return f"{head}, ETA {_clock(per_job * waves)} for the {left} left ({_clock(per_job)} per job over {len(spans)} done" \
         + (f", {at_once} at once)" if at_once > 1 else ")")
 
@@ -364,7 +370,7 @@ def early_eta(run_dir: Path, steps: int, jobs: int, at_once: int = 1) -> str | N
     if len(times) < 2:
         return None
     per_step = sum(times) / len(times)
-    waves = -(-jobs // max(1, min(at_once, jobs)))  # job 1 is in the first
+    waves = math.ceil(jobs / at_once)  # job 1 is in the first
     left = per_step * (max(steps - len(times), 0) + steps * (waves - 1))
     return (f"sweep ETA about {_clock(left)} for the {jobs} jobs (job 1's first {len(times)} steps at {per_step:.2g} "
             "s/step; held-out evals and cold starts not counted; a firmer ETA once job 1 ends)")
