@@ -89,7 +89,7 @@ def train(
     # always say how to resume, where an offline W&B run is, and a note (a damaged cache rebuilt)
     # quiet still says why a short run takes minutes: a new cold start for changed settings
     log = _log if not quiet else (lambda m: _log(m) if m.startswith(("interrupted:", "W&B offline run:", "note:",
-                                                                    "cold start: none cached")) else None)
+                                                                    "cold start: none")) else None)
     try:
         run_dir = run_training(config, log=log)
     except KeyboardInterrupt as e:  # Typer would make any interrupt exit 130
@@ -169,6 +169,50 @@ def eval_cmd(
 
     out = run_eval(config, log=_log)
     typer.echo(f"evals written to {out / 'evals.jsonl'}")
+
+
+@app.command(context_settings=EXTRA)
+def coldstart(
+    overrides: list[str] = typer.Argument(None, help="the same overrides as gspo train, e.g. model=tiny-moe"),
+    out: str = typer.Option("", "--out", help="folder for the rebuild (a new <key>/ inside it); default: the cache's "
+                            "coldstart/rebuilds/<time>/"),
+) -> None:
+    """Rebuild the embedded model's cold start for these settings from its spec, on this machine, and say how far
+    it lands from the start gspo ships (steps, dev accuracy, weights, sampled accuracy on one seed). Runs never
+    rebuild a shipped start; this shows how much of it depends on the CPU that built it."""
+    import json
+    import time
+    from pathlib import Path
+
+    from gspo.conf import compose_config
+
+    config = compose_config(list(overrides or []))
+    if config.model.name != "tiny":
+        raise GspoError(f"gspo coldstart builds the embedded model's start (model=tiny or tiny-moe), not model.name={config.model.name}")
+    from gspo.trainer.coldstart import SHIPPED, compare_starts, rebuild
+    from gspo.trainer.model.models import cache_root
+    from gspo.trainer.policy import tiny_spec
+
+    spec = tiny_spec(config)
+    folder = Path(out) if out else cache_root(config.model.tiny.cache_dir) / "coldstart" / "rebuilds" / time.strftime("%Y%m%d-%H%M%S")
+    built = rebuild(spec, folder, _log, progress=config.logger.progress)
+    typer.echo(f"rebuilt: {built}")
+    shipped = SHIPPED / spec.key()
+    if not shipped.is_dir():
+        typer.echo(f"no start is shipped for these settings (key {spec.key()}): nothing to compare with")
+        return
+    far = compare_starts(spec, shipped, built)
+    typer.echo(f"shipped {shipped}: {_start_line(far, 0)}")
+    typer.echo(f"rebuilt here: {_start_line(far, 1)}")
+    typer.echo("weights: " + ("the same bytes" if far["same_bytes"] else f"differ (largest |difference| {far['max_abs_weight_diff']:.3g})"))
+    (built / "compared.json").write_text(json.dumps(far, indent=2) + "\n")
+
+
+def _start_line(far: dict, i: int) -> str:
+    where = far["built_on"][i] or {}
+    return (f"{far['steps'][i]} fine-tune steps, dev sampled accuracy {far['dev_sampled_accuracy'][i]:.2f} as built, "
+            f"{far['sampled_accuracy_same_seed'][i]:.3f} on one seed; built on {where.get('cpu', 'an unrecorded CPU')} "
+            f"(torch {where.get('torch', '?')}, {where.get('threads', '?')} threads)")
 
 
 @app.command("export-hf")

@@ -2,7 +2,8 @@
 
 Runs are one experiment only when everything that defines it is the same: the task and all its settings
 (`task.*`: digits, operations, dataset, held-out size...), the model and its cold start (`model.name`,
-`model.chat_template`, `model.tiny.*`: the embedded model's shape and its fine-tune), the schedule and
+`model.chat_template`, `model.tiny.*`: the embedded model's shape and its fine-tune, and `model.start`: the
+weights it started from, as run.json records them), the schedule and
 length (`train.steps`, `train.lr_schedule`, `train.warmup_steps`) and what counts as a collapse
 (`train.collapse.*`). Runs that differ there are refused with one line naming the key (`check_comparable`),
 or, when the user asks (`gspo report --separate`), split into groups reported one by one (`split_groups`).
@@ -19,10 +20,10 @@ import dataclasses
 import math
 
 from gspo.conf.errors import GspoError
-from gspo.report.runs import Run
+from gspo.report.runs import START_KEY, Run
 
 DEFINING_PREFIXES = ("task.", "model.tiny.", "train.collapse.")
-DEFINING_KEYS = ("model.name", "model.chat_template", "train.steps", "train.lr_schedule", "train.warmup_steps",
+DEFINING_KEYS = ("model.name", START_KEY, "model.chat_template", "train.steps", "train.lr_schedule", "train.warmup_steps",
                  "train.stop_on_collapse")
 NOT_DEFINING = ("task.workers", "model.tiny.cache_dir")  # where and how fast, not what: they may differ
 WHAT = {"task.": "the task's settings", "model.": "the model and its cold start",
@@ -42,7 +43,7 @@ def defining_config(run: Run) -> dict:
     return {k: v for k, v in run.config.items() if defining(k)}
 
 
-FIRST_NAMED = ("model.name", "task.kind", "task.name", "task.dataset", "task.subset", "model.tiny.", "task.")
+FIRST_NAMED = ("model.name", START_KEY, "task.kind", "task.name", "task.dataset", "task.subset", "model.tiny.", "task.")
 
 
 def _rank(key: str) -> tuple[int, str]:

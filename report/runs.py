@@ -104,7 +104,23 @@ def load_run(path: Path) -> Run:
     status = read_status(path)  # an unreadable run.json reads as status "unreadable"; a vanished writer as "dead"
     metrics, bad, final_steps, not_numbers = _metrics(path / "metrics.jsonl")
     torn_steps = tuple(int(m.group(1)) for line in bad if (m := _STEP.match(line)))
-    return Run(path, run_config_of(config), status, metrics, len(bad), torn_steps, final_steps, not_numbers)
+    settings = run_config_of(config)
+    if label := start_label(status.get("start")):
+        settings[START_KEY] = label  # not a setting but part of the experiment: runs pool only with one start
+    return Run(path, settings, status, metrics, len(bad), torn_steps, final_steps, not_numbers)
+
+
+START_KEY = "model.start"
+
+
+def start_label(start) -> str | None:
+    """run.json's `start` in words that differ exactly when the weights do: the embedded model's cold start by
+    source, key and weights hash; another model by name and revision (None: not recorded, a run of an older gspo)."""
+    if not isinstance(start, dict):
+        return None
+    if start.get("weights_sha256"):
+        return f"{start.get('source')} cold start {start.get('key')} (weights sha256 {str(start['weights_sha256'])[:12]})"
+    return f"{start.get('name')} at revision {start.get('revision') or 'unrecorded'}"
 
 
 def unread_steps(run: Run) -> list[int]:

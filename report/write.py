@@ -69,7 +69,7 @@ from gspo.report.tracker import log_report, report_wandb_mode
 from gspo.trainer.run.rundir import ESTIMATOR_CARD, STATUS_UNREADABLE
 
 # the settings that define an experiment, shown above the fold (what differs between arms is shown too)
-DEFINING = ("model.name", "task.name", "train.steps", "train.prompts_per_step", "train.group_size",
+DEFINING = ("model.name", "model.start", "task.name", "train.steps", "train.prompts_per_step", "train.group_size",
             "train.minibatches", "train.epochs", "train.lr", "algo.clip_low", "algo.clip_high",
             "rollout.max_new_tokens", "task.eval_size", "rollout.temperature")
 VERDICT_REDUCE = 2  # with more comparisons than this, the verdict keeps to the first headline metric

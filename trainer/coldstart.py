@@ -12,6 +12,15 @@ place, so a kill or a full disk leaves no half-cache under the key. Every use ch
 complete.json; a damaged cache (zeroed bytes, a truncated file, no complete.json) is said in one line and
 rebuilt. Builders of one key take a file lock (`<key>.lock`): a second process waits for the first and uses
 its result, and the lock holder clears the `.build-<key>-*` folders that killed builders left.
+
+The default starts are shipped. A fine-tune of random weights is deterministic on one machine but not across
+CPUs (matmul kernels sum in a different order, the stopping rule then lands at another step): built on two
+machines, "the embedded model" was two models (step-0 held-out accuracy 0.22-0.25 on one, 0.40-0.42 on the
+other). So the starts of the embedded defaults (dense and tiny MoE) ship with the package under
+trainer/model/starts/<key>/, sealed like the cache, and every machine loads the same weights; only a spec
+that differs from every shipped one (any `model.tiny.*` or task override) is built into the cache, and that
+build says it depends on this machine. `gspo coldstart` rebuilds a shipped start and says how far the
+rebuild lands from it.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import shutil
 import tempfile
 import time
@@ -35,11 +45,12 @@ from gspo.conf.errors import GspoError, disk_error
 from gspo.conf.schema import TinyModelConfig
 from gspo.evals.arith import ALPHABET, ArithProblem, grade_arith, make_split
 from gspo.trainer.engines.hf_engine import HFEngine
-from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3, cache_root
+from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3, cache_root, load_pretrained
 from gspo.trainer.run.progress import Progress
 from gspo.trainer.run.rundir import MANIFEST, checkpoint_problem, seal_folder
 
 FORMAT_VERSION = 1  # bump when the task text, tokenizer or recipe changes meaning
+SHIPPED = Path(__file__).parent / "model" / "starts"  # the shipped starts: <key>/ each, sealed (package data)
 
 
 @dataclass(frozen=True)
@@ -72,8 +83,14 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
                     log: Callable[[str], None] = print, *, progress: bool = False) -> Path:
     """The folder of the cold-started model for `spec`, verified against its complete.json; built first
     (under the key's lock) if it is absent or damaged (`progress`: a bar to the step bound)."""
-    root = _cache_folder(cache_root(cache_dir) / "coldstart", cache_dir)
     key = spec.key()
+    shipped = SHIPPED / key
+    if shipped.is_dir():  # never rebuilt: the same weights on every machine
+        if (problem := cache_problem(shipped)) is not None:
+            raise GspoError(f"the cold start shipped with gspo ({shipped}) is damaged ({problem}): reinstall gspo "
+                            "(pip install --force-reinstall <gspo>), or `gspo coldstart` builds one for this machine")
+        return shipped
+    root = _cache_folder(cache_root(cache_dir) / "coldstart", cache_dir)
     final = root / key
     if cache_problem(final) is None:
         return final
@@ -84,8 +101,10 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
         if final.exists():
             log(f"note: the cached cold start {final} is damaged ({problem}); rebuilding it")
             _discard(final)
-        elif changed := settings_changed(spec, root):  # else a run whose task setting changed sits in a build unasked
-            log(f"cold start: none cached for these settings ({changed}): building a new one")
+        else:  # else a run whose task setting changed sits in a build unasked
+            changed = settings_changed(spec, SHIPPED, "shipped") or settings_changed(spec, root)
+            log(f"cold start: none shipped or cached for these settings{f' ({changed})' if changed else ''}: building "
+                "one into the cache; a start built here depends on this machine's CPU (the shipped ones do not)")
         for stale in root.glob(f".build-{key}-*"):  # left by a builder killed mid-build (the lock is ours now)
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=root))
@@ -98,13 +117,64 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
     return final
 
 
+def start_record(folder: Path) -> dict:
+    """Which start a run used, for run.json and the report: `shipped` or `built` (in this machine's cache),
+    the spec's key, the sha256 of its weights (from its sealed complete.json) and where it was built."""
+    info = json.loads((folder / "coldstart.json").read_text())
+    files = json.loads((folder / MANIFEST).read_text())["files"]
+    weights = next(v["sha256"] for k, v in sorted(files.items()) if k.endswith(".safetensors"))
+    return {"source": "shipped" if folder.parent == SHIPPED else "built", "key": folder.name, "weights_sha256": weights,
+            "dev_sampled_accuracy": info.get("dev_sampled_accuracy"), "steps": info.get("steps"),
+            "built_on": info.get("built_on")}
+
+
+def rebuild(spec: ColdStartSpec, out: Path, log: Callable[[str], None] = print, *, progress: bool = False) -> Path:
+    """Build the start of `spec` afresh into `out`/<key> (never the cache's or the shipped one), sealed."""
+    final = out / spec.key()
+    if final.exists():
+        raise GspoError(f"{final} exists: name another folder (--out) for the rebuild")
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".build-{spec.key()}-", dir=out))
+    try:
+        _build(spec, tmp, log, progress, final)
+        seal_folder(tmp)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def compare_starts(spec: ColdStartSpec, a: Path, b: Path) -> dict:
+    """How far start `b` lands from start `a` (both of `spec`): their steps and dev accuracies as built, whether
+    the weights are the same bytes, the largest weight difference, and both models' sampled accuracy on one
+    dev set with one seed (what a run's step-0 eval would see)."""
+    from safetensors.torch import load_file
+
+    info = [json.loads((f / "coldstart.json").read_text()) for f in (a, b)]
+    wa, wb = (load_file(next(f.glob("*.safetensors"))) for f in (a, b))
+    diff = max(((wa[k] - wb[k]).abs().max().item() for k in wa if k in wb and wa[k].shape == wb[k].shape),
+               default=float("inf"))
+    split = {"min_digits": spec.min_digits, "max_digits": spec.max_digits, "ops": spec.ops, "seed": spec.tiny.sft_seed}
+    dev = make_split("dev", 128, **split)
+    accuracy = [_accuracy(_engine(f, spec, len(dev)), dev, seed=spec.tiny.sft_seed) for f in (a, b)]
+    return {"steps": [i.get("steps") for i in info], "dev_sampled_accuracy": [i.get("dev_sampled_accuracy") for i in info],
+            "same_bytes": start_record(a)["weights_sha256"] == start_record(b)["weights_sha256"],
+            "max_abs_weight_diff": diff, "sampled_accuracy_same_seed": accuracy,
+            "built_on": [i.get("built_on") for i in info]}
+
+
+def _engine(folder: Path, spec: ColdStartSpec, rows: int) -> HFEngine:
+    model, tokenizer = load_pretrained(str(folder))
+    return HFEngine(model, tokenizer, temperature=1.0, top_p=1.0, max_new_tokens=spec.max_new_tokens, batch_size=rows)
+
+
 SPEC_KEYS = {"min_digits": "task.min_digits", "max_digits": "task.max_digits", "ops": "task.ops",
              "max_new_tokens": "rollout.max_new_tokens"}  # the rest of a spec's fields are model.tiny.<field>
 
 
-def settings_changed(spec: ColdStartSpec, root: Path) -> str:
-    """What differs between `spec` and the closest cold start cached under `root`, as config keys
-    (`task.max_digits=4, cached 5`); empty when none is cached (the first build says so itself)."""
+def settings_changed(spec: ColdStartSpec, root: Path, where: str = "cached") -> str:
+    """What differs between `spec` and the closest cold start under `root`, as config keys
+    (`task.max_digits=4, cached 5`; `where` names the place); empty when there is none there."""
     cached = []
     for f in root.glob("*/coldstart.json"):
         try:
@@ -116,7 +186,7 @@ def settings_changed(spec: ColdStartSpec, root: Path) -> str:
     if not diffs:
         return ""
     i = min(range(len(diffs)), key=lambda j: len(diffs[j]))
-    return ", ".join(f"{SPEC_KEYS.get(k, f'model.tiny.{k}')}={mine[k]}, cached {cached[i][k]}" for k in diffs[i][:3]) + (
+    return ", ".join(f"{SPEC_KEYS.get(k, f'model.tiny.{k}')}={mine[k]}, {where} {cached[i][k]}" for k in diffs[i][:3]) + (
         f" and {len(diffs[i]) - 3} more" if len(diffs[i]) > 3 else "")
 
 
@@ -189,8 +259,8 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress:
                              experts_per_token=spec.tiny.experts_per_token,
                              moe_intermediate_size=spec.tiny.moe_intermediate_size)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"cold start: building the embedded model ({n_params / 1e6:.2f}M parameters) once per machine, cached in "
-        f"{final} (GSPO_CACHE or model.tiny.cache_dir sets where); it stops when the dev sampled accuracy reaches "
+    log(f"cold start: building the embedded model ({n_params / 1e6:.2f}M parameters) into {final}; it stops when "
+        f"the dev sampled accuracy reaches "
         f"{spec.tiny.sft_target_accuracy:.2f} (checked every {spec.tiny.sft_eval_every} steps) or at step {spec.tiny.sft_max_steps}")
     split = {"min_digits": spec.min_digits, "max_digits": spec.max_digits, "ops": spec.ops, "seed": spec.tiny.sft_seed}
     data = make_split("sft", spec.tiny.sft_batch_size * spec.tiny.sft_max_steps, **split)
@@ -225,7 +295,7 @@ def _build(spec: ColdStartSpec, out: Path, log: Callable[[str], None], progress:
                 break
     _save(model, tokenizer, out)
     info = {"steps": step, "dev_sampled_accuracy": accuracy, "seconds": round(time.time() - t0, 1),
-            "parameters": n_params, "spec": spec.fields(), "format_version": FORMAT_VERSION}
+            "parameters": n_params, "spec": spec.fields(), "format_version": FORMAT_VERSION, "built_on": _machine()}
     (out / "coldstart.json").write_text(json.dumps(info, indent=2))
     log(f"cold start: done in {info['seconds']} s after {step} steps (dev sampled accuracy {accuracy:.2f})")
 
@@ -253,3 +323,17 @@ def _sft_loss(model, tokenizer, batch: list[ArithProblem]) -> torch.Tensor:
 def _accuracy(engine: HFEngine, problems: list[ArithProblem], *, seed: int) -> float:
     out = engine.generate([p.prompt for p in problems], seed=seed)
     return sum(grade_arith(t, p.gold) for t, p in zip(out.texts, problems, strict=True)) / len(problems)
+
+
+def _machine() -> dict:
+    """Where a start was built: what its weights depend on besides its spec."""
+    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "machine": platform.machine(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "date": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []

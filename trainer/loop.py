@@ -50,7 +50,7 @@ from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import distributed, fsdp
 from gspo.trainer.parallel.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.parallel.moe import RoutingRecorder, find_routers
-from gspo.trainer.policy import load_policy
+from gspo.trainer.policy import load_policy, start_of
 from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
@@ -116,7 +116,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
-    _open_run(cfg, run, ckpt, start, world, unrebuilt, log)
+    _open_run(cfg, run, ckpt, start, world, unrebuilt, log, None if ckpt else start_of(cfg, model))
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -174,8 +174,10 @@ def _policy(cfg, ckpt: Path | None, compute, log) -> tuple:
     return model, tokenizer, Precision(model, precision_name, device), bf16
 
 
-def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unrebuilt: list[int], log) -> None:
-    """Logs cut back to the restart point (rows set aside, never lost), the config written, status running."""
+def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unrebuilt: list[int], log,
+              origin: dict | None) -> None:
+    """Logs cut back to the restart point (rows set aside, never lost), the config written, status running
+    (with the weights a fresh run starts from, `origin`: a resumed run keeps what its first attempt recorded)."""
     aside = run.truncate_logs(start if ckpt else -1)  # from scratch: a step-0 row of a killed attempt goes too
     if aside:
         log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
@@ -184,7 +186,7 @@ def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unr
     run.write_config(config_to_yaml(cfg))
     atomic_write_text(run.path / ESTIMATOR_CARD, estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
-                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}))
+                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}), **({"start": origin} if origin else {}))
 
 
 def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int, tokenizer, log) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.coldstart import ColdStartSpec, cold_start_path
+from gspo.trainer.coldstart import ColdStartSpec, cold_start_path, start_record
 from gspo.trainer.model.lora import add_lora, load_adapter
 from gspo.trainer.model.models import DTYPES, load_pretrained
 from gspo.trainer.model.precision import check_precision, resolve_precision
@@ -37,6 +37,15 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
     if lora:
         model = load_adapter(model, path, merge=merge) if path else add_lora(model, m.lora)
     return model.eval(), tokenizer
+
+
+def start_of(cfg, model) -> dict:
+    """Which weights a fresh run of `cfg` started from (run.json `start`; the report pools only runs of one start):
+    the embedded model's shipped or machine-built cold start by key and weights hash, else the model's name and,
+    for a hub model, the revision it resolved to."""
+    if cfg.model.name == "tiny":
+        return start_record(cold_start_path(tiny_spec(cfg), cfg.model.tiny.cache_dir, log=lambda _m: None))
+    return {"source": "model", "name": cfg.model.name, "revision": getattr(model.config, "_commit_hash", None)}
 
 
 def tiny_spec(cfg) -> ColdStartSpec:

@@ -37,8 +37,9 @@ def test_cold_start_says_where_it_is_cached_and_when_it_stops(tmp_path):
     spec = tiny_spec(compose_config([*TINY, "model.tiny.sft_max_steps=2", "model.tiny.sft_eval_every=2"]))
     lines: list[str] = []
     folder = cold_start_path(spec, str(tmp_path), lines.append, progress=True)
-    assert f"once per machine, cached in {folder}" in lines[0]
-    assert "stops when the dev sampled accuracy reaches 0.20 (checked every 2 steps) or at step 2" in lines[0]
+    assert lines[0].startswith("cold start: none shipped or cached for these settings")
+    assert f"M parameters) into {folder}; it stops" in lines[1]
+    assert "stops when the dev sampled accuracy reaches 0.20 (checked every 2 steps) or at step 2" in lines[1]
     assert lines[-1].startswith("cold start: done")
     lines.clear()
     assert cold_start_path(spec, str(tmp_path), lines.append) == folder and lines == []  # built once

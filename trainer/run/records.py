@@ -25,7 +25,7 @@ SWEEP_PLAN = "sweep.json"  # <sweep dir>/sweep.json: {"overrides", "params", "st
 
 _NUMBER = (int, float)
 RUN_STATUS = {"status": str, "step": int, "pid": int, "host": str, "collapsed": dict, "stopped": str,
-              "unreadable_steps": list, "wall_s": _NUMBER, "started_unix": _NUMBER, "versions": dict}
+              "unreadable_steps": list, "wall_s": _NUMBER, "started_unix": _NUMBER, "versions": dict, "start": dict}
 SWEEP_PLAN_FIELDS = {"overrides": list, "params": dict, "stamp": str, "jobs": list}
 SWEEP_PLAN_REQUIRED = ("overrides", "stamp")
 SWEEP_JOB_FIELDS = {"run_dir": str, "overrides": str, "pid": int, "started": _NUMBER, "ended": _NUMBER, "outcome": str,
