@@ -52,7 +52,8 @@ class AlgoConfig:
 @dataclass
 class TinyModelConfig:
     """The embedded model: a Qwen3-architecture transformer with a character tokenizer, cold-started
-    by a short supervised fine-tune on worked solutions, built on first use and cached."""
+    by a short supervised fine-tune on worked solutions. The defaults' starts ship with gspo (trainer/model/starts:
+    the same weights on every machine); any other setting here is built on first use and cached."""
 
     hidden_size: int = 128  # width of the residual stream
     num_layers: int = 4  # transformer blocks
@@ -68,8 +69,8 @@ class TinyModelConfig:
     sft_eval_every: int = 25  # cold-start steps between dev-set checks
     sft_eval_max_loss: float = 0.3  # sample the dev set only once the mean SFT loss is below this
     sft_target_accuracy: float = 0.2  # stop once dev-set sampled accuracy reaches this: RL starts sometimes right
-    sft_seed: int = 0  # seed of the cold start (its weights are cached per setting)
-    cache_dir: str | None = None  # default: $GSPO_CACHE or ~/.cache/gspo
+    sft_seed: int = 0  # seed of the cold start (shipped for the defaults, else cached per setting)
+    cache_dir: str | None = None  # where non-default cold starts are built; default: $GSPO_CACHE or ~/.cache/gspo
 
 
 @dataclass

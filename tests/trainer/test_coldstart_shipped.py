@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import TINY
@@ -116,3 +117,17 @@ def test_a_rebuild_of_the_shipped_dense_start_reaches_its_target_accuracy(tmp_pa
 def test_gspo_coldstart_refuses_a_hub_model_in_one_line(gspo):
     result = gspo.invoke("coldstart", "model=qwen3-0.6b")  # main() makes a GspoError one line and exit 2
     assert isinstance(result.exception, GspoError) and "builds the embedded model's start" in str(result.exception)
+
+
+def test_every_shipped_file_is_package_data():
+    """An installed wheel carries what pyproject.toml's package-data globs match: every file of every shipped
+    start must match one, or a user's install would build its own start after all."""
+    import fnmatch
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["gspo.trainer.model"]
+    files = [str(f.relative_to(SHIPPED.parent)) for f in SHIPPED.rglob("*") if f.is_file()]
+    assert any(f.endswith("model.safetensors") for f in files)
+    assert [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)] == []
