@@ -69,8 +69,9 @@ def sweep_params(text: str) -> dict[str, str]:
 
 @user_errors
 def compare_cmd(
-    overrides: list[str] = typer.Argument(None, help="preset=compare|lr|family|family2026|moe|mismatch|stability, then Hydra "
-                                          "overrides on top of it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3; "
+    overrides: list[str] = typer.Argument(None, help="preset=compare|lr|family|family2026|moe|mismatch|stability|"
+                                          "qwen3-0.6b|qwen3-1.7b|qwen3-0.6b-family, then Hydra overrides on top of "
+                                          "it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3; "
                                           "verdict.until=resolved verdict.max_seeds=12 adds seeds until it knows"),
 ) -> None:
     """Run a comparison preset (default: GRPO and GSPO, 3 seeds, 20 steps on the embedded default;
@@ -81,6 +82,9 @@ def compare_cmd(
     (group-sequential), or verdict.max_seeds / verdict.max_minutes is spent."""
     name, rest = pick_preset(list(overrides or []))
     verdict, rest = split_verdict(rest)
+    from gspo.cli.fetch import check_offline_preset
+
+    check_offline_preset(name, sweep_params(presets()[name]), rest)  # offline: every hub asset its jobs lack, in one line, before a job starts
     # the sweep, the trainer and the report load torch and pandas: imported once the preset and verdict are checked
     from gspo.cli.report import print_report
     from gspo.cli.sweep import run_sweep

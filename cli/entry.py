@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-SLOW = ("train", "sweep", "compare", "report", "eval", "grade", "export-hf")  # commands that import torch or pandas
+SLOW = ("train", "sweep", "compare", "report", "eval", "grade", "export-hf", "fetch")  # commands that import torch or pandas
 HELP = ("--help", "-h", "--cfg", "--info")
 
 

@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 from importlib import resources
+from shlex import quote
 from urllib.parse import urlparse
 
 import typer
@@ -83,6 +84,11 @@ def train(
         return
     if quiet:
         config.logger.progress = False
+    from gspo.trainer.assets import (
+        check_offline,  # offline, every missing hub asset in one line, before torch loads
+    )
+
+    check_offline(config, " ".join(["gspo fetch", *(quote(a) for a in args)]))
     from gspo.trainer.loop import train as run_training
 
 
@@ -108,12 +114,14 @@ def explain(
     from gspo.conf import compose_config
 
     config = compose_config(list(overrides or []))
+    from gspo.trainer.engines.registry import resolve_engine
     from gspo.trainer.step.advantages import check_algorithm  # torch: once the config composes
     from gspo.trainer.step.explain import estimator_card
     from gspo.trainer.tasks.registry import build_task
 
     if config.task.kind == "arith":  # the other tasks read their dataset to build; the card does not need it
         check_algorithm(config.algo, build_task(config.task))
+    config.rollout.engine = resolve_engine(config)  # rollout=auto: the engine a run would pick here
     typer.echo(estimator_card(config, world_size=int(os.environ.get("WORLD_SIZE", "1"))), nl=False)
 
 
@@ -135,6 +143,23 @@ def sweep(
 
 app.command("report")(report_cmd)
 app.command("compare", context_settings=EXTRA)(compare_cmd)
+
+
+@app.command("fetch", context_settings=EXTRA)
+def fetch_cmd(
+    overrides: list[str] = typer.Argument(None, help="gspo train's overrides (model=qwen3-0.6b task=math "
+                                          "eval.benches=[aime24]) or a compare preset: preset=qwen3-0.6b [overrides]"),
+) -> None:
+    """Download the Hugging Face hub assets a run or a compare preset reads (model and tokenizer, the task's
+    dataset, the benchmarks) into the cache ahead of time, so that it then runs offline (HF_HUB_OFFLINE=1).
+    Each is loaded as the run loads it. Example: gspo fetch preset=qwen3-0.6b"""
+    from gspo.cli.compare import pick_preset, presets, sweep_params
+    from gspo.cli.fetch import run_fetch
+
+    args = list(overrides or [])
+    preset = pick_preset(args)[0] if any(a.startswith("preset=") for a in args) else None
+    rest = [a for a in args if not a.startswith("preset=")]
+    run_fetch(preset, sweep_params(presets()[preset]) if preset else {}, rest, say=typer.echo, log=_log)
 
 
 @app.command("eval", context_settings=EXTRA)
@@ -165,6 +190,9 @@ def eval_cmd(
     if "--cfg" in args:
         typer.echo(annotated_yaml(config), nl=False)
         return
+    from gspo.trainer.assets import check_offline, fetch_command
+
+    check_offline(config, fetch_command(config))
     from gspo.trainer.evaluate import run_eval
 
     out = run_eval(config, log=_log)

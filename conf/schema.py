@@ -195,7 +195,7 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    benches: list[str] = field(default_factory=list)  # benchmarks of gspo eval, and extra ones during training: arith, aime24, livecodebench, codeforces
+    benches: list[str] = field(default_factory=list)  # benchmarks of gspo eval, and extra ones during training: arith, aime24, aime25, math500, livecodebench, codeforces
     k: int = 1  # samples per problem
     limit: int | None = None  # problems per benchmark
     greedy: bool = False  # decode the benchmarks greedily (temperature 0) instead of sampling at rollout.temperature

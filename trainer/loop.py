@@ -40,6 +40,7 @@ from gspo.algos.metrics import (
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
+from gspo.trainer.assets import check_offline, fetch_command
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.registry import make_engine
 from gspo.trainer.engines.rollout import Rollout
@@ -82,6 +83,7 @@ from gspo.trainer.tasks.task_types import Task
 def train(cfg, log=print) -> Path:
     """Run (or resume) the training job described by `cfg`; returns the run directory."""
     accept_weak(cfg.eval.weak_sandbox)  # before any code is graded (the task's probe, rewards, evals)
+    check_offline(cfg, fetch_command(cfg))  # offline: every missing hub asset in one line, before any loads
     task = build_task(cfg.task)  # bad data fails here, before anything is written
     benches = load_benches(cfg)
     world, device = distributed.start(pick_device(cfg.device))  # [distributed] one process without torchrun

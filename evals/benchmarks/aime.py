@@ -1,4 +1,4 @@
-"""AIME 2024 and 2025: 30 problems each with integer answers, graded by grade_math.
+"""AIME 2024 and 2025 (30 problems each, integer answers) and MATH-500, graded by grade_math.
 
 Defaults are the hub datasets users know: HuggingFaceH4/aime_2024 (split train; id, problem, solution,
 answer) and math-ai/aime25 (split test; id, problem, answer). Any local .jsonl/.json file or other hub
@@ -25,10 +25,11 @@ PROMPT_TEMPLATE = "{problem}\nPlease reason step by step, and put your final ans
 HUB_DEFAULTS = {
     "aime24": ("HuggingFaceH4/aime_2024", "train"),
     "aime25": ("math-ai/aime25", "test"),
+    "math500": ("HuggingFaceH4/MATH-500", "test"),  # Lightman et al.'s 500 MATH test problems (problem, answer)
 }
 PROBLEM_KEYS = ("problem", "question", "Problem", "Question", "prompt")
 ANSWER_KEYS = ("answer", "Answer", "expected_answer", "solution", "Solution")
-ID_KEYS = ("id", "ID", "problem_idx", "idx", "question_id")
+ID_KEYS = ("id", "ID", "problem_idx", "idx", "question_id", "unique_id")
 
 
 @dataclass
@@ -81,6 +82,7 @@ def _aime(
 # Registry factories; partial keeps _aime's keyword signature, which load_benchmark checks options against.
 aime24 = partial(_aime, "aime24")
 aime25 = partial(_aime, "aime25")
+math500 = partial(_aime, "math500")  # MATH-500: the same kind of benchmark (a boxed answer graded by grade_math)
 
 
 def _problem(

@@ -15,7 +15,9 @@ from gspo.conf.errors import GspoError
 
 
 def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
-    assert {"compare", "family", "family2026", "lr", "moe", "mismatch", "stability"} <= set(presets())
+    assert {"compare", "family", "family2026", "lr", "moe", "mismatch", "stability", "qwen3-0.6b", "qwen3-1.7b",
+            "qwen3-0.6b-family"} <= set(presets())
+    assert swept_by(presets()["qwen3-0.6b"]) == ("seed", "algo")
     assert swept_by(presets()["lr"]) == ("seed", "train.lr", "algo")
     assert "gspo_token" not in presets()["compare"].split("params:")[1]
     assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
@@ -31,7 +33,8 @@ def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
 def test_an_unknown_preset_names_the_presets(given, hint):
     with pytest.raises(GspoError) as e:
         pick_preset([f"preset={given}"])
-    assert f"preset='{given}': use one of compare, family, family2026, lr, mismatch, moe, stability" in str(e.value)
+    assert (f"preset='{given}': use one of compare, family, family2026, lr, mismatch, moe, qwen3-0.6b, qwen3-0.6b-family, "
+            "qwen3-1.7b, stability") in str(e.value)
     assert hint in str(e.value)
     with pytest.raises(GspoError, match="name one"):
         pick_preset(["preset=moe", "preset=stability"])
@@ -41,8 +44,8 @@ def test_unknown_preset_from_the_command_line_is_one_line_and_writes_nothing(gsp
     result = gspo.subprocess("compare", "preset=moee", cwd=tmp_path, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
-        "error: preset='moee': use one of compare, family, family2026, lr, mismatch, moe, stability (did you mean "
-        "moe?)"]
+        "error: preset='moee': use one of compare, family, family2026, lr, mismatch, moe, qwen3-0.6b, "
+        "qwen3-0.6b-family, qwen3-1.7b, stability (did you mean moe?)"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -251,4 +251,6 @@ def test_unreachable_hub_fails_at_once_with_one_line(gspo, tmp_path):
     assert result.returncode == 2
     assert "Retrying" not in result.stderr and "Traceback" not in result.stderr
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "cannot load model 'some-org/some-model'" in errors[0]
+    assert errors == ["error: offline (HF_HUB_OFFLINE=1) and not in the Hugging Face cache: model.name some-org/some-model; "
+                      "fetch it first, with the network: gspo fetch task=arith eval.benches=[arith] model=hf "
+                      "model.name=some-org/some-model"]  # named before anything loads (trainer/assets.py)

@@ -13,7 +13,14 @@ from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
 from gspo.trainer.engines import hf_engine
 from gspo.trainer.engines.base import Capabilities, EngineKind
-from gspo.trainer.engines.registry import ENGINES, capabilities_of, check_engine, engine_kind, register_engine
+from gspo.trainer.engines.registry import (
+    AUTO,
+    ENGINES,
+    capabilities_of,
+    check_engine,
+    engine_kind,
+    register_engine,
+)
 from gspo.trainer.parallel.distributed import World
 from tests.conftest import LEARNING_SEED, TINY
 
@@ -23,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_rollout_preset_names_a_registered_engine():
     from gspo.conf.compose import _engine_names
 
-    assert sorted(set(_engine_names())) == sorted(ENGINES) == ["hf", "vllm"]
+    assert sorted(set(_engine_names()) - {AUTO}) == sorted(ENGINES) == ["hf", "vllm"]
+    assert AUTO in _engine_names()  # rollout=auto: no engine of its own, resolved to one of them (resolve_engine)
     with pytest.raises(GspoError, match=r"^rollout.engine='sglang': use one of hf, vllm$"):
         engine_kind("sglang")
 

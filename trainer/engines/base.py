@@ -58,6 +58,7 @@ class EngineKind:
     capabilities: Callable[[Any], Capabilities]
     require: Callable[[Any], None] = _nothing
     describe: Callable[[Any], str] | None = None  # cfg.rollout -> "<name> engine, dtype ..." (the loss card)
+    auto_rank: int | None = None  # rollout.engine=auto tries engines by this rank, lowest first; None: never picked
 
     def description(self, rollout) -> str:
         """How this engine samples under `rollout`, in words: its own `describe`, else its name."""

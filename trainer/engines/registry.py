@@ -3,6 +3,8 @@ asks of an engine's capabilities (engines/base.py): never of its name."""
 
 from __future__ import annotations
 
+import copy
+
 from gspo.conf.errors import GspoError
 from gspo.trainer.engines import hf_engine, vllm_engine
 from gspo.trainer.engines.base import Capabilities, EngineKind
@@ -10,6 +12,7 @@ from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.parallel.distributed import World
 
 ENGINES: dict[str, EngineKind] = {}
+AUTO = "auto"  # rollout.engine=auto (conf/rollout/auto.yaml): resolved by resolve_engine before the run starts
 
 
 def register_engine(kind: EngineKind) -> EngineKind:
@@ -28,10 +31,32 @@ def capabilities_of(rollout) -> Capabilities:
     return engine_kind(rollout.engine).capabilities(rollout)
 
 
+# auto_rank: vLLM first where it can serve the config (its own kernels, paged KV cache: the faster sampler on a GPU),
+# the hf engine, which runs everywhere, otherwise
 register_engine(EngineKind("hf", build=hf_engine.build, capabilities=hf_engine.capabilities,
-                           describe=lambda r: f"hf engine ({r.sampler} sampler), dtype {r.dtype}"))
+                           describe=lambda r: f"hf engine ({r.sampler} sampler), dtype {r.dtype}", auto_rank=1))
 register_engine(EngineKind("vllm", build=vllm_engine.build, capabilities=vllm_engine.capabilities,
-                           require=vllm_engine.require, describe=lambda r: f"vllm engine, dtype {r.vllm_dtype}"))
+                           require=vllm_engine.require, describe=lambda r: f"vllm engine, dtype {r.vllm_dtype}",
+                           auto_rank=0))
+
+
+def resolve_engine(cfg, world: World = World()) -> str:
+    """The engine `cfg.rollout.engine` names; for `auto`, the first engine by `auto_rank` that passes every
+    pre-run rule of check_engine under this config (its library installed, its platform able, LoRA / FSDP /
+    Routing Replay served), so the choice is made on capabilities and never on a name."""
+    if cfg.rollout.engine != AUTO:
+        return cfg.rollout.engine
+    refused = []
+    for kind in sorted((k for k in ENGINES.values() if k.auto_rank is not None), key=lambda k: k.auto_rank):
+        trial = copy.deepcopy(cfg)
+        trial.rollout.engine = kind.name
+        try:
+            check_engine(trial, world)
+        except GspoError as e:
+            refused.append(f"{kind.name}: {e}")
+            continue
+        return kind.name
+    raise GspoError(f"rollout=auto: no registered engine can serve this config ({'; '.join(refused)})")
 
 
 def make_engine(cfg, model, tokenizer):

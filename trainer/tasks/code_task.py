@@ -17,7 +17,6 @@ and are left out; a problem with no tests is an error, since any program would p
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import TaskConfig
@@ -25,14 +24,13 @@ from gspo.evals.benchmarks import Problem, load_benchmark
 from gspo.evals.benchmarks.livecodebench import MEMORY_MB
 from gspo.evals.graders.code import extract_code, run_code
 from gspo.evals.parallel import parallel_map
-from gspo.trainer.tasks.task_types import Item, Task, hold_out, require_dataset, uniform_draw
+from gspo.trainer.tasks.task_types import Item, Task, hold_out, is_local, require_dataset, uniform_draw
 
 
 def code_task(cfg) -> Task:
     """A Task over the problems of `cfg.dataset` (task group, kind=code)."""
     require_dataset(cfg)
-    local = Path(cfg.dataset).expanduser().exists() or cfg.dataset.endswith((".jsonl", ".json"))
-    source = {"path": cfg.dataset} if local else {"hub_id": cfg.dataset}
+    source = {"path": cfg.dataset} if is_local(cfg.dataset) else {"hub_id": cfg.dataset}
     problems = {}
     for p in load_benchmark(cfg.benchmark, **source).problems:
         if p.meta.get("interactive"):

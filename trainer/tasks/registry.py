@@ -23,7 +23,15 @@ from gspo.evals.arith import extract_answer, grade_arith, grade_steps, is_held_o
 from gspo.evals.graders.math import grade_math
 from gspo.evals.records import load_hub_rows, read_records
 from gspo.trainer.tasks.code_task import code_task
-from gspo.trainer.tasks.task_types import Item, Task, graded_by, hold_out, require_dataset, uniform_draw
+from gspo.trainer.tasks.task_types import (
+    Item,
+    Task,
+    graded_by,
+    hold_out,
+    is_local,
+    require_dataset,
+    uniform_draw,
+)
 
 # What the embedded model (model=tiny, which knows only arithmetic) makes of a task kind:
 TRAINS, WARNS, REFUSES = "trains", "warns", "refuses"
@@ -36,19 +44,24 @@ class TaskKind:
     on_tiny: str = REFUSES  # TRAINS: its own task; WARNS: runs, as an end-to-end check; REFUSES: a one-line error
     bench_options: Mapping[str, Callable[[Any], dict]] = field(default_factory=dict)  # bench -> its options
     #   from cfg.task, where the task shapes a benchmark of the same problems (arith: digits, ops, size)
+    hub_dataset: Callable[[Any], str | None] = lambda _task: None  # cfg.task -> the Hugging Face dataset it reads
+    #   (None: none, or a local file): what `gspo fetch` downloads and an offline run checks for first
 
 
 TASKS: dict[str, TaskKind] = {}
 
 
 def register_task(kind: str, build: Callable[[Any], Task], *, on_tiny: str = REFUSES,
-                  bench_options: Mapping[str, Callable[[Any], dict]] | None = None) -> None:
-    """Make `task.kind=<kind>` build its Task with `build(cfg.task)`."""
+                  bench_options: Mapping[str, Callable[[Any], dict]] | None = None,
+                  hub_dataset: Callable[[Any], str | None] | None = None) -> None:
+    """Make `task.kind=<kind>` build its Task with `build(cfg.task)`; `hub_dataset(cfg.task)`: the hub dataset
+    it reads (None: none)."""
     if kind in TASKS:
         raise ValueError(f"task kind {kind!r} is already registered")
     if on_tiny not in (TRAINS, WARNS, REFUSES):
         raise ValueError(f"task kind {kind!r}: on_tiny={on_tiny!r}, use {TRAINS}, {WARNS} or {REFUSES}")
-    TASKS[kind] = TaskKind(kind, build, on_tiny, dict(bench_options or {}))
+    TASKS[kind] = TaskKind(kind, build, on_tiny, dict(bench_options or {}),
+                           *([hub_dataset] if hub_dataset is not None else []))
 
 
 def task_kind(kind: str) -> TaskKind:
@@ -130,9 +143,8 @@ def fill_template(template: str, question) -> str:
 
 def _load_rows(dataset: str, subset: str | None, split: str) -> list[tuple[int, dict]]:
     """(row number, row) of a local .jsonl/.json file or a Hugging Face dataset split."""
-    path = Path(dataset).expanduser()
-    if path.suffix in (".jsonl", ".json") or path.exists():
-        return read_records(path)
+    if is_local(dataset):
+        return read_records(Path(dataset).expanduser())
     return list(enumerate(load_hub_rows(dataset, split=split, subsets=[subset]), start=1))
 
 
@@ -141,5 +153,10 @@ def _arith_bench(task) -> dict:
 
 
 register_task("arith", _arith_task, on_tiny=TRAINS, bench_options={"arith": _arith_bench})
-register_task("math", _math_task)
-register_task("code", code_task, on_tiny=WARNS)
+def dataset_on_hub(cfg) -> str | None:
+    """`task.dataset` when it names a Hugging Face dataset (math, code), None when unset or a local file."""
+    return cfg.dataset if cfg.dataset and not is_local(cfg.dataset) else None
+
+
+register_task("math", _math_task, hub_dataset=dataset_on_hub)
+register_task("code", code_task, on_tiny=WARNS, hub_dataset=dataset_on_hub)

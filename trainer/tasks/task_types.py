@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from gspo.conf.errors import GspoError
 
@@ -88,6 +89,11 @@ def hold_out(items: list[Item], eval_size: int) -> tuple[list[Item], list[Item]]
 
 def uniform_draw(items: list[Item]) -> Callable[[random.Random, int], list[Item]]:
     return lambda rng, n: [items[rng.randrange(len(items))] for _ in range(n)]
+
+
+def is_local(dataset: str) -> bool:
+    """`task.dataset` names a local file (it exists, or ends in .jsonl / .json), not a Hugging Face dataset id."""
+    return Path(dataset).expanduser().exists() or dataset.endswith((".jsonl", ".json"))
 
 
 def require_dataset(cfg) -> None:
