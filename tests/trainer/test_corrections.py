@@ -1,4 +1,4 @@
-"""Mismatch corrections through `gspo train` on TINY (algo.correction, trainer/advantages.corrected): refused
+"""Mismatch corrections through `gspo train` on TINY (algo.correction, trainer/step/advantages.corrected): refused
 without engine log-probs; with an fp32 sampler (the sampler's log-probs are the trainer's to fp tolerance)
 the weights are 1 and the update is the uncorrected one; with a bf16 sampler the weights move, the
 advantages the update gets are the hand-computed A_i x c_it, and the run trains."""
