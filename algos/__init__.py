@@ -20,6 +20,7 @@ import pkgutil as _pkgutil
 
 from .advantages import (
     ESTIMATORS,
+    constant_components,
     constant_groups,
     estimate,
     frac_zero_std_groups,
@@ -48,6 +49,7 @@ __all__ = [
     "STANDARD_METRICS",
     "Algorithm",
     "available",
+    "constant_components",
     "constant_groups",
     "correction_weights",
     "estimate",

@@ -57,6 +57,15 @@ def constant_groups(rewards: Tensor, group_size: int) -> Tensor:
     return _constant_groups(_grouped(rewards, group_size))
 
 
+def constant_components(components: Tensor, group_size: int) -> Tensor:
+    """[B] booleans from reward components [N, K] (group-major): every component is constant in the group, so every
+    component's group advantage is 0 (the groups dynamic sampling drops under a multi-reward estimator, GDPO: a group
+    whose correctness is constant and format varies still teaches format)."""
+    if components.dim() != 2:
+        raise ValueError(f"reward components must be [N, K], got shape {tuple(components.shape)}")
+    return torch.stack([constant_groups(components[:, k], group_size) for k in range(components.shape[1])]).all(0)
+
+
 def group_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = "std") -> Tensor:
     """Group-normalised advantages, same shape as `rewards` ([N] group-major, or [B, G]).
 
@@ -136,7 +145,9 @@ def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, s
 
     so a component whose scale or variance differs cannot drown the others, as it does when the rewards are
     summed before one normalisation. Bessel std throughout, as `group_advantages`; a component constant in a
-    group gives that group 0 for it. scale="none" skips the per-group std division (the batch step stays).
+    group gives that group 0 for it, and a group constant in every component gets exactly 0 after the batch step
+    too (S = 0 there; the batch mean of S is 0 only up to rounding). scale="none" skips the per-group std division
+    (the batch step stays).
     """
     if scale not in ("std", "none"):
         raise ValueError(f"advantage scale {scale!r} does not apply to GDPO; known: std, none")
@@ -148,7 +159,8 @@ def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, s
     total = per.sum(dim=-1)
     # A_i = (S_i - mean_batch(S)) / (std_batch(S) + eps); a batch of equal sums: exactly 0
     adv = (total - total.mean()) / (total.std(correction=1) + eps)
-    return torch.where(total.amax() == total.amin(), torch.zeros_like(adv), adv)
+    silent = constant_components(components, group_size).repeat_interleave(group_size)  # [N]
+    return torch.where((total.amax() == total.amin()) | silent, torch.zeros_like(adv), adv)
 
 
 # ---------------------------------------------------------------------------------------------------

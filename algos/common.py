@@ -226,7 +226,9 @@ class LossInputs:
     """What every policy loss is given, checked once by registry.policy_loss. logp, old_logp, mask, ref_logp:
     [N, T]; advantages: [N] ([N, T] where the algorithm takes token advantages). The trainer's context:
     `ref_logp` (None: no reference model), `kl_beta`, the minibatch's `seq_denominator` / `token_denominator`
-    (so micro-batch losses sum to the minibatch's), `max_len` (Dr. GRPO's constant normaliser)."""
+    (so micro-batch losses sum to the minibatch's), `max_len` (Dr. GRPO's constant normaliser), `sampler_logp`
+    (the sampler's own log-probs pi_s [N, T] where the engine returned them, whichever pi_old the loss gets as
+    `old_logp`; None: there are none, and pi_old stands for them)."""
 
     logp: Tensor
     old_logp: Tensor
@@ -239,10 +241,15 @@ class LossInputs:
     seq_denominator: float | None = None
     token_denominator: float | None = None
     max_len: float | None = None
+    sampler_logp: Tensor | None = None
 
     def log_ratio(self) -> Tensor:
         """l_it = logp_it - old_logp_it [N, T], 0 on padding."""
         return token_log_ratio(self.logp, self.old_logp, self.mask)
+
+    def rollout_logp(self) -> Tensor:
+        """log pi_s [N, T], the policy that sampled the batch: the sampler's log-probs, or old_logp without them."""
+        return self.old_logp if self.sampler_logp is None else self.sampler_logp
 
     def token_advantages(self) -> Tensor:
         """The advantages broadcastable over tokens: [N, T] as given, or [N, 1]."""

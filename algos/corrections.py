@@ -9,7 +9,7 @@ sampler's own precision) against the trainer's recomputed old-policy log-probs p
 
     tis    (truncated IS; Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
             training"):                           c = min(rho, cap)
-    mis    (masked IS as IcePop, Ling team 2025, arXiv 2510.18855; TRL's *_mask modes):
+    mis    (masked IS; at token level IcePop, Ling team 2025, arXiv 2510.18855; TRL's *_mask modes):
                                                   c = rho if low <= rho <= high else 0
     mask   (a bare 0/1 mask, another estimator: the ratio dropped inside the band):
                                                   c = 1   if low <= rho <= high else 0
@@ -24,7 +24,8 @@ Departures and choices:
 - The three levels have scales orders of magnitude apart (a geometric mean of ratios 1 +- 1e-3 is
   1 +- 1e-3 while their product over 64 tokens can be 0.9 or 1.1), so each level has its own default bounds
   (conf/schema.py CORRECTION_BOUNDS; token and sequence: cap 2, band [0.5, 2], verl's rollout_is_threshold
-  and its reciprocal; geometric: cap and band 1.001 / [0.999, 1.001], verl's decoupled_geo_rs).
+  and its reciprocal; geometric: cap and band 1.001 / [0.999, 1.001], verl's decoupled_geo_rs), and mis at token
+  level IcePop's band [0.5, 5] (the paper's and verl's decoupled_token_icepop; conf/schema.py ICEPOP_BAND).
 - The log-weight is bounded above by MAX_LOG_RATIO (10) before exp(), as every ratio here.
 - Metrics, over valid tokens (a sequence's weight counts once per token): correction/weight_mean and
   correction/weight_max of rho, the ratios before truncation or masking; correction/applied_mean of c, the

@@ -1,9 +1,10 @@
 """DPPO: a trust region on the probability itself, not on the ratio (Divergence Proximal Policy Optimization,
 "Rethinking the Trust Region in LLM Reinforcement Learning", arXiv 2602.04879; verl's dppo_tv / dppo_kl).
 
-With p_it = pi(y_it | x, y_i<t) and q_it = pi_old(y_it | x, y_i<t) the token probabilities (not their ratio),
-r_it = p_it / q_it, a token keeps its gradient unless it has moved too far in the direction its advantage
-pushes it:
+With p_it = pi(y_it | x, y_i<t) and q_it the anchor's token probability (not their ratio): the rollout (sampler)
+policy pi_s by default, as the authors anchor it (paper sec. 5.2; their scripts' `bypass_mode=True`), or pi_old,
+the trainer's recomputed old policy, under `anchor=trainer` (verl's decoupled mode); r_it = p_it / q_it, a token
+keeps its gradient unless it has moved too far in the direction its advantage pushes it:
 
     Binary-TV:  keep_it = (p_it - q_it <= d_hi)                  if A_it > 0
                         = (p_it - q_it >= -d_lo)                 if A_it <= 0
@@ -14,8 +15,13 @@ pushes it:
 
 so a rare token going from 1e-5 to 1e-3 (ratio 100, clipped by PPO) keeps its gradient, and a likely one
 falling from 0.99 to 0.8 (ratio 0.81, inside PPO's band) loses it. sg(min(r, c)) is a truncated importance
-weight (TIS), c = 20 (verl's clip_ratio_c default for DPPO; the paper, sec. 5.4, asks for a large cap).
-The loss is -J. Departures and choices:
+weight (TIS), c = 10000 by default: the authors' scripts set clip_ratio_c=10000 ("disable dual-clip PPO and TIS";
+verl's own ActorConfig default is 3.0). The loss is -J. Departures and choices:
+- The anchor: `anchor=sampler` reads LossInputs.sampler_logp (the engine's log-probs under vLLM or a bf16 sampler,
+  the lean hf sampler's own in fp32; pi_old where there are none), so the divergence and the weight both see the
+  sampler-trainer mismatch, as in the authors' bypass mode, whichever pi_old a correction would hand the loss. A
+  mismatch correction on top would weigh the same mismatch twice: the trainer refuses it unless anchor=trainer.
+  On the CPU default (fp32 lean sampler) the two anchors are the same numbers.
 - `clip_low` / `clip_high` are the divergence thresholds d_lo / d_hi, as verl reads clip_ratio_low / _high for
   these losses: a probability difference (TV) or a Bernoulli KL (KL), not a ratio band. The authors' script
   (verl examples/dppo_trainer): 0.15 / 0.15 for TV, 0.05 / 0.05 for KL.
@@ -24,7 +30,8 @@ The loss is -J. Departures and choices:
   Dr. GRPO's seq_mean_token_sum_norm with no std division (conf/algo/dppo_tv.yaml, dppo_kl.yaml).
 - The value of -J holds log pi: only its gradient is meaningful, as CISPO's. The log-ratio is bounded above by
   MAX_LOG_RATIO (10) before exp(); the weight is capped at c anyway. Optional k3 KL to a reference.
-- Clip metrics count the dropped tokens: low (A < 0), high (A > 0), and clip/ratio_out_of_band_frac the tokens
+- Clip metrics count the dropped tokens: low (A <= 0, the branch that dropped them, so clip/token_frac counts every
+  dropped token, A = 0 included, as verl's clipfrac), high (A > 0), and clip/ratio_out_of_band_frac the tokens
   past a threshold in either direction, whatever their advantage.
 """
 
@@ -43,22 +50,32 @@ from .common import (
     check_aggregation,
     clip_metrics,
     ratio_metrics,
+    token_log_ratio,
     valid_tokens,
 )
 from .registry import register
 
 BINARY_KL_EPS = 1e-8  # verl's, inside log((1 - q + eps) / (1 - p + eps))
+ANCHORS = ("sampler", "trainer")
 
 
 @dataclass(frozen=True)
 class DppoOptions:
-    tis_cap: float = 20.0  # c: the importance weight sg(min(r, c)) (verl's clip_ratio_c default for DPPO)
+    tis_cap: float = 10000.0  # c of sg(min(r, c)): the authors' scripts (clip_ratio_c=10000, no truncation)
     aggregation: str = TOKEN_MEAN  # verl's default; the authors' script: seq_mean_token_sum_norm (Dr. GRPO)
+    anchor: str = "sampler"  # q: the sampler's log-probs (the authors' bypass_mode) or trainer (pi_old, decoupled)
 
     def __post_init__(self) -> None:
         if not self.tis_cap > 0.0:
             raise ValueError(f"tis_cap must be > 0, got {self.tis_cap}")
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, got {self.anchor!r}")
         check_aggregation(self.aggregation)
+
+    @property
+    def anchored_at_sampler(self) -> bool:
+        """The ratio already weighs the sampler-trainer mismatch (pi / pi_s): a correction would weigh it twice."""
+        return self.anchor == "sampler"
 
 
 def binary_kl(p: Tensor, q: Tensor) -> Tensor:
@@ -67,10 +84,12 @@ def binary_kl(p: Tensor, q: Tensor) -> Tensor:
     return q * (torch.log(q) - torch.log(p)) + (1.0 - q) * torch.log((1.0 - q + BINARY_KL_EPS) / (1.0 - p + BINARY_KL_EPS))
 
 
-def _dppo(x: LossInputs, keep: Tensor, beyond: Tensor, tis_cap: float, aggregation: str) -> tuple[Tensor, dict]:
-    """J = 1/sum|y_i| sum keep sg(min(r, c)) A log pi, reduced by `aggregation`; keep, beyond: [N, T] booleans."""
+def _dppo(x: LossInputs, log_q: Tensor, keep: Tensor, beyond: Tensor, tis_cap: float,
+          aggregation: str) -> tuple[Tensor, dict]:
+    """J = 1/sum|y_i| sum keep sg(min(r, c)) A log pi, reduced by `aggregation`, r = pi / q; log_q: the anchor's
+    log-probs [N, T]; keep, beyond: [N, T] booleans."""
     reduce_tokens = x.reducer(aggregation)
-    log_ratio = x.log_ratio()  # [N, T], 0 on padding
+    log_ratio = token_log_ratio(x.logp, log_q, x.mask)  # [N, T] log(p / q), 0 on padding
     adv = x.token_advantages()  # [N, T] or [N, 1]
     # w_it = sg(min(r_it, c))
     weight = torch.exp(log_ratio.detach().clamp(max=MAX_LOG_RATIO)).clamp(max=tis_cap)
@@ -80,45 +99,59 @@ def _dppo(x: LossInputs, keep: Tensor, beyond: Tensor, tis_cap: float, aggregati
     policy_loss = -reduce_tokens(objective)
 
     dropped = ~keep
-    metrics = clip_metrics(low=dropped & (adv < 0), high=dropped & (adv > 0), band=beyond, mask=x.mask)
+    # low: the A <= 0 branch's drops, so every dropped token counts in clip/token_frac, A = 0 included (verl's clipfrac)
+    metrics = clip_metrics(low=dropped & (adv <= 0), high=dropped & (adv > 0), band=beyond, mask=x.mask)
     metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
     return x.finish(policy_loss, metrics, reduce_tokens)
 
 
-def _probs(x: LossInputs) -> tuple[Tensor, Tensor]:
-    """(p, q) [N, T], detached: the token probabilities under pi and pi_old, 1 on padding."""
+def _anchor(x: LossInputs, anchor: str) -> Tensor:
+    """log q [N, T]: the sampler's log-probs (anchor sampler; pi_old where there are none) or pi_old (trainer)."""
+    return x.rollout_logp() if anchor == "sampler" else x.old_logp
+
+
+def _probs(x: LossInputs, log_q: Tensor) -> tuple[Tensor, Tensor]:
+    """(p, q) [N, T], detached: the token probabilities under pi and the anchor (log_q), 1 on padding."""
     valid = valid_tokens(x.mask)
     logp = torch.where(valid, x.logp.detach(), torch.zeros_like(x.logp))
-    old = torch.where(valid, x.old_logp, torch.zeros_like(x.old_logp))
+    old = torch.where(valid, log_q, torch.zeros_like(log_q))
     return torch.exp(logp), torch.exp(old)
 
 
-@register("dppo_tv", display="DPPO-TV", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
-    "ratio      token probabilities p = pi, q = pi_old (not their ratio) for the mask; r = p / q for the weight\n"
+ANCHOR_CARD = ("anchor     q = {anchor}: sampler = the sampler's own log-probs (the authors' bypass_mode; pi_old where\n"
+               "           the engine returns none), trainer = pi_old, the trainer's recomputed old policy\n")
+
+
+@register("dppo_tv", display="DPPO-TV", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
+    "ratio      token probabilities p = pi, q = the anchor's (not their ratio) for the mask; r = p / q for the weight\n"
+    + ANCHOR_CARD +
     "mask       keep_it = (p - q <= {clip_high}) if A_it > 0, (p - q >= -{clip_low}) if A_it <= 0:\n"
     "           clip_low / clip_high are total-variation thresholds, as verl reads them, not a ratio band\n"
     "objective  J_it = keep_it sg(min(r_it, {tis_cap})) A_it log pi_it"))
-def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
-    """DPPO Binary-TV loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    p, q = _probs(x)
+def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str, anchor: str) -> tuple[Tensor, dict[str, Tensor]]:
+    """DPPO Binary-TV loss and metrics. logp, old_logp, mask, ref_logp, sampler_logp: [N, T]; advantages: [N] or [N, T]."""
+    log_q = _anchor(x, anchor)
+    p, q = _probs(x, log_q)
     adv = x.token_advantages()
     # keep_it = (p - q <= d_hi) if A_it > 0 else (p - q >= -d_lo)
     keep = torch.where(adv > 0, p - q <= x.clip_high, p - q >= -x.clip_low)
     beyond = (p - q > x.clip_high) | (p - q < -x.clip_low)
-    return _dppo(x, keep, beyond, tis_cap, aggregation)
+    return _dppo(x, log_q, keep, beyond, tis_cap, aggregation)
 
 
-@register("dppo_kl", display="DPPO-KL", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, card=(
-    "ratio      token probabilities p = pi, q = pi_old (not their ratio) for the mask; r = p / q for the weight\n"
+@register("dppo_kl", display="DPPO-KL", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
+    "ratio      token probabilities p = pi, q = the anchor's (not their ratio) for the mask; r = p / q for the weight\n"
+    + ANCHOR_CARD +
     "mask       D = q log(q/p) + (1-q) log((1-q)/(1-p)); keep_it = D <= {clip_high} or p <= q if A_it > 0,\n"
     "           D <= {clip_low} or p >= q if A_it <= 0: Bernoulli-KL thresholds, as verl reads clip_low / clip_high\n"
     "objective  J_it = keep_it sg(min(r_it, {tis_cap})) A_it log pi_it"))
-def dppo_kl_loss(x: LossInputs, *, tis_cap: float, aggregation: str) -> tuple[Tensor, dict[str, Tensor]]:
-    """DPPO Binary-KL loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N] or [N, T]."""
-    p, q = _probs(x)
+def dppo_kl_loss(x: LossInputs, *, tis_cap: float, aggregation: str, anchor: str) -> tuple[Tensor, dict[str, Tensor]]:
+    """DPPO Binary-KL loss and metrics. logp, old_logp, mask, ref_logp, sampler_logp: [N, T]; advantages: [N] or [N, T]."""
+    log_q = _anchor(x, anchor)
+    p, q = _probs(x, log_q)
     adv = x.token_advantages()
     kl = binary_kl(p, q)  # [N, T], 0 on padding (p = q = 1)
     # keep_it = (D <= d_hi or p <= q) if A_it > 0 else (D <= d_lo or p >= q)
     keep = torch.where(adv > 0, (kl <= x.clip_high) | (p <= q), (kl <= x.clip_low) | (p >= q))
     beyond = ((kl > x.clip_high) & (p > q)) | ((kl > x.clip_low) & (p < q))
-    return _dppo(x, keep, beyond, tis_cap, aggregation)
+    return _dppo(x, log_q, keep, beyond, tis_cap, aggregation)

@@ -127,8 +127,8 @@ KL_OLD = declare(Metric("policy/kl_old", "k3 KL(pi_old || pi) over the update's 
                         "KL to the old policy (k3)", LOG, NONNEG, short="KL to the old policy"))
 KL_REF = declare(Metric("policy/kl_ref", "k3 KL(pi || pi_ref) to the frozen initial model (kl_beta > 0 or a reference)",
                         TOKEN_MEAN, "KL to the reference (k3)", LOG, NONNEG))
-OPSM_MASKED = declare(Metric("clip/opsm_masked_frac", "share of sequences OPSM drops (A < 0 and mean log(pi_old / pi) "
-                             "above delta; algo=opsm)", SEQ_MEAN, "OPSM masked sequences", LINEAR, UNIT))
+OPSM_MASKED = declare(Metric("clip/opsm_masked_frac", "share of sequences OPSM drops (A < 0 and mean log(pi_s / pi) "
+                             "above delta, pi_s the sampler's; algo=opsm)", SEQ_MEAN, "OPSM masked sequences", LINEAR, UNIT))
 LOSS_POLICY = declare(Metric("loss/policy", "the policy term of the loss (-J), summed over a minibatch's micro-batches",
                              SUM, "policy loss"))
 
@@ -161,7 +161,8 @@ GROUPS_DRAWN = declare(Metric("sampling/groups_drawn", "groups sampled this step
                               "groups drawn", LINEAR, NONNEG, kind=LOWER))
 GROUPS_KEPT = declare(Metric("sampling/groups_kept", "informative groups in the batch (dynamic sampling)", None,
                              "groups kept", LINEAR, NONNEG))
-GROUPS_DROPPED = declare(Metric("sampling/groups_dropped", "all-equal groups dropped (dynamic sampling)", None,
+GROUPS_DROPPED = declare(Metric("sampling/groups_dropped", "groups with no signal dropped (dynamic sampling: "
+                                "all-equal rewards; under GDPO every component constant)", None,
                                 "groups dropped", LINEAR, NONNEG))
 DRAWS = declare(Metric("sampling/draws", "rounds of prompts drawn (dynamic sampling)", None, "draw rounds",
                        LINEAR, NONNEG, kind=LOWER))

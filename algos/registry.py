@@ -31,7 +31,7 @@ LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 # Arguments every algorithm takes.
 REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")
 # What the trainer offers every loss; a loss declares the ones it uses.
-CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len")
+CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len", "sampler_logp")
 
 
 
@@ -58,6 +58,8 @@ class Algorithm:
     #                    paper, eqs. 13-14: GSPO-token and GSPO), so a sweep holding both runs it once
     on_policy_as: str = ""  # an algorithm whose gradient it equals on-policy (every ratio 1: GSPO and GRPO), so a
     #                         sweep comparing them on-policy is refused
+    reads_sampler: bool = False  # reads the sampler's own log-probs (LossInputs.sampler_logp: OPSM's mask, DPPO's
+    #                              anchor), so the engine returns them whatever algo.old_logp_source says
 
     @property
     def title(self) -> str:
@@ -82,7 +84,8 @@ RATIOS = ("token", "geometric")
 
 def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str], token_advantages: bool = False,
              no_lower_bound: bool = False, ratio: str = "token", card: str = "", aggregation: str = "",
-             display: str = "", same_as: str = "", on_policy_as: str = "") -> Callable[[LossFn], LossFn]:
+             display: str = "", same_as: str = "", on_policy_as: str = "",
+             reads_sampler: bool = False) -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
     def decorator(fn: LossFn) -> LossFn:
@@ -105,7 +108,7 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         if bad:
             raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
         ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound, ratio, card,
-                                aggregation, display, same_as, on_policy_as)
+                                aggregation, display, same_as, on_policy_as, reads_sampler)
         return fn
 
     return decorator
@@ -152,7 +155,8 @@ def policy_loss(
     if not typed and kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight is never dropped silently
         raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low, clip_high=clip_high,
-                 ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo)
+                 ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo,
+                 sampler_logp=kwargs.get("sampler_logp"))
     options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
     inputs = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "clip_low": clip_low,
               "clip_high": clip_high}
@@ -179,12 +183,12 @@ def check_clip(algo: Algorithm, clip_low: float, clip_high: float) -> None:
 
 
 def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
-                 ref_logp: Tensor | None, kl_beta: float, algo: Algorithm) -> None:
+                 ref_logp: Tensor | None, kl_beta: float, algo: Algorithm, sampler_logp: Tensor | None = None) -> None:
     """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss. The clip bounds are
     the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), under `check_clip`'s rule."""
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
-    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp)):
+    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("sampler_logp", sampler_logp)):
         if tensor is not None and tensor.shape != logp.shape:
             raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(tensor.shape)}")
     allowed = [logp.shape[:1]] + ([logp.shape] if algo.token_advantages else [])

@@ -20,6 +20,7 @@ CORRECTION_BOUNDS: dict[str, tuple[float, float, float]] = {
     "sequence": (2.0, 0.5, 2.0),  # verl decoupled_seq_is_rs: product of the token ratios, 2.0 and [0.5, 2.0]
     "geometric": (1.001, 0.999, 1.001),  # verl decoupled_geo_rs: rollout_rs_threshold 1.001, lower 0.999
 }
+ICEPOP_BAND: tuple[float, float] = (0.5, 5.0)  # kind=mis at token level: IcePop (arXiv 2510.18855), verl decoupled_token_icepop
 
 
 @dataclass
@@ -27,11 +28,11 @@ class CorrectionConfig:
     """The training-inference mismatch corrected (gspo.algos.corrections): the sampler's log-probs against the
     trainer's recomputed old ones, so it needs algo.old_logp_source=engine; the loss then uses the trainer's."""
 
-    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (IcePop): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); rho = pi_old / pi_sampler
-    level: str = "auto"  # auto: the algorithm's ratio level (sequence for gspo, gspo_token, gmpo; token otherwise; geometric for geo_rs); token: one weight per token; sequence: the product of the token ratios, one per sequence; geometric: their geometric mean, one per sequence
+    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (masked IS; IcePop at token level): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); rho = pi_old / pi_sampler
+    level: str = "auto"  # auto: the algorithm's ratio level (geometric for gspo, gspo_token, gmpo and for geo_rs; token otherwise, opsm included); token: one weight per token; sequence: the product of the token ratios, one per sequence; geometric: their geometric mean, one per sequence
     cap: float | None = None  # tis: weights above it are truncated to it; None: the level's default (CORRECTION_BOUNDS: 2 token / sequence, 1.001 geometric)
     low: float | None = None  # mis, mask, geo_rs: ratios below it mask their term; None: the level's default (0.5; 0.999 geometric)
-    high: float | None = None  # mis, mask, geo_rs: ratios above it mask their term; None: the level's default (2; 1.001 geometric)
+    high: float | None = None  # mis, mask, geo_rs: ratios above it mask their term; None: the level's default (2, mis at token level 5 as IcePop; 1.001 geometric)
 
 
 @dataclass

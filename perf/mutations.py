@@ -140,6 +140,47 @@ MUTANTS = [
              "            pass  # from a namespace's init"),), SANDBOX),
 ]
 
+# issue 47: the family anchored where its authors anchor it, one breakage per fix
+ANCHORS = ("tests/algos/test_algos_anchors.py", "tests/trainer/test_family_anchors.py")
+MUTANTS += [
+    Mutant("opsm-mask-on-old-logp", "OPSM's mask reads the loss's pi_old, not the sampler's log-probs",
+           (("algos/opsm.py", "token_log_ratio(x.rollout_logp(), x.logp.detach(), x.mask)",
+             "token_log_ratio(x.old_logp, x.logp.detach(), x.mask)"),), ANCHORS),
+    Mutant("update-drops-sampler-logp", "the update hands the loss no sampler log-probs",
+           (("trainer/step/update.py", "sampler = r.engine_logp[rows, :width].to(old.dtype) if r.engine_logp is not None "
+             "else None", "sampler = None"),), ANCHORS[1:]),
+    Mutant("engine-not-asked-for-logprobs", "the engine returns log-probs only where they are the loss's pi_old",
+           (("trainer/engines/registry.py", "want = old_logp_origin(cfg.algo) == ENGINE or reads",
+             "want = old_logp_origin(cfg.algo) == ENGINE"),), ANCHORS[1:]),
+    Mutant("dppo-anchored-at-trainer", "DPPO's trust region anchored at pi_old by default",
+           (("algos/dppo.py", 'anchor: str = "sampler"  #', 'anchor: str = "trainer"  #'),), ANCHORS[:1]),
+    Mutant("dppo-cap-20", "DPPO's weight capped at 20 (our old number), not the authors' 10000",
+           (("algos/dppo.py", "tis_cap: float = 10000.0", "tis_cap: float = 20.0"),), ANCHORS[:1]),
+    Mutant("dppo-clipfrac-skips-zero-advantage", "DPPO's clip fraction leaves out dropped tokens with A = 0",
+           (("algos/dppo.py", "low=dropped & (adv <= 0)", "low=dropped & (adv < 0)"),), ANCHORS[:1]),
+    Mutant("dppo-correction-twice", "DPPO anchored at the sampler takes a correction on top (the mismatch twice)",
+           (("trainer/step/advantages.py", 'if c.kind != "none" and getattr(options, "anchored_at_sampler", False):',
+             "if False:"),), ANCHORS[1:]),
+    Mutant("mis-band-not-icepop", "MIS at token level keeps verl's [0.5, 2], not IcePop's [0.5, 5]",
+           (("trainer/step/advantages.py", "        low, high = ICEPOP_BAND", "        pass"),),
+           ("tests/trainer/test_corrections.py::test_the_level_follows_the_algorithms_ratio_and_each_level_has_its_bounds",)),
+    Mutant("opsm-refuses-token-level", "OPSM takes no per-token advantages (a token-level correction refused)",
+           (("algos/opsm.py", "token_advantages=True, reads_sampler=True", "token_advantages=False, reads_sampler=True"),),
+           ANCHORS[1:]),
+    Mutant("gdpo-filter-on-correctness", "dynamic sampling under GDPO drops groups that vary only in format",
+           (("trainer/step/sampling.py", "if not get_estimator(conf.algo.advantage).needs_components:", "if True:"),),
+           ANCHORS[1:]),
+    Mutant("gdpo-refill-not-zero", "a group constant in every component keeps GDPO's rounding of the batch mean",
+           (("algos/advantages.py", "(total.amax() == total.amin()) | silent", "(total.amax() == total.amin())"),),
+           ANCHORS),
+    Mutant("card-phantom-filter", "the card names a filter where dynamic sampling is off",
+           (("trainer/step/explain.py", '+ (" (added after the filter below)" if r.dynamic_sampling else "")',
+             '+ " (added after the filter below)"'),), ANCHORS[1:]),
+    Mutant("report-silent-mechanism-unsaid", "the page gives no note for an arm whose mechanism never acted",
+           (("report/write.py", "verdict = common + never_acted(arms) + _verdict(", "verdict = common + _verdict("),),
+           ("tests/report/test_never_acted.py",)),
+]
+
 
 def _apply(mutant: Mutant, originals: dict[str, str]) -> None:
     for file, old, new in mutant.edits:

@@ -42,6 +42,7 @@ from gspo.report.arms import (
     shared_config,
 )
 from gspo.report.comparable import at_common_step, seeds_used
+from gspo.report.inactive import never_acted
 from gspo.report.load import without_loaded_times
 from gspo.report.noise import bootstrap_table, noise_text, split_table, which_objective
 from gspo.report.page import Block, fmt, to_html, to_markdown
@@ -108,7 +109,8 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
                          for d in diffs.get(metric, [])]
     chosen = _verdict_heads(heads, compared)
     common += [f"Runs used per arm: {seeds_used(arms)}."] if common else []
-    verdict = common + _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
+    # an arm whose mask, filter or correction never acted is its baseline: said before any verdict on it
+    verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
     verdict += also_resolved(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
     front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect)),
                           Block("list", items=tuple(verdict), id="verdict")]

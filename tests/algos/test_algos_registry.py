@@ -13,7 +13,7 @@ from gspo.algos import ALGOS, REDUCTIONS, available, get, option_names, policy_l
 F64 = torch.float64
 OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
            "cispo": ("aggregation",), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": (),
-           "dppo_tv": ("tis_cap", "aggregation"), "dppo_kl": ("tis_cap", "aggregation"), "opsm": ("delta", "aggregation"),
+           "dppo_tv": ("tis_cap", "aggregation", "anchor"), "dppo_kl": ("tis_cap", "aggregation", "anchor"), "opsm": ("delta", "aggregation"),
            "maxrl": ("aggregation",), "gdpo": ("aggregation",)}  # algo.options
 OWN_METRICS = {"opsm": {"clip/opsm_masked_frac"}}  # beyond the standard ones
 METRICS = {

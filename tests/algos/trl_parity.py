@@ -138,7 +138,23 @@ def cases():
          lambda b: trl_loss(trl_trainer("grpo", epsilon=CLIP, opsm_delta=0.02), b[0], b[2], b[3], b[4], sampler=b[2])),
         *[(f"GRPO + vLLM IS {mode}", _gspo_is(mode), _trl_is(mode))
           for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")],
+        # OPSM beside TRL's token-level TIS, the sampler apart from the trainer: both mask on the sampler's log-probs
+        ("OPSM (delta 0.02) + vLLM IS token_truncate", _gspo_opsm_is, _trl_opsm_is),
     ]
+
+
+def _gspo_opsm_is(b):
+    logp, old, sampler, mask, adv = b
+    c, _ = correction_weights(old_logp=old, engine_logp=sampler, mask=mask, kind="tis", level="token", cap=IS_MAX,
+                              low=0.0, high=IS_MAX)
+    return policy_loss("opsm", delta=0.02, sampler_logp=sampler, **{**_gspo(b, CLIP), "advantages": adv[:, None] * c})
+
+
+def _trl_opsm_is(b):
+    logp, old, sampler, mask, adv = b
+    ratio = trl_is_ratio(old, sampler, mask, "token_truncate", IS_MAX)
+    return trl_loss(trl_trainer("grpo", epsilon=CLIP, vllm_is=True, opsm_delta=0.02), logp, old, mask, adv,
+                    is_ratio=ratio, sampler=sampler)
 
 
 # the vLLM IS modes as gspo's corrections: (kind, level, cap / band); TRL's clip_max 1.05 and clip_min 0.95 make

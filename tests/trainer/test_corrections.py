@@ -1,4 +1,4 @@
-"""Mismatch corrections through `gspo train` on TINY (algo.correction, trainer/advantages.corrected): refused
+"""Mismatch corrections through `gspo train` on TINY (algo.correction, trainer/step/advantages.corrected): refused
 without engine log-probs; with an fp32 sampler (the sampler's log-probs are the trainer's to fp tolerance)
 the weights are 1 and the update is the uncorrected one; with a bf16 sampler the weights move, the
 advantages the update gets are the hand-computed A_i x c_it, and the run trains."""
@@ -45,9 +45,12 @@ def test_a_correction_without_its_inputs_is_one_error_line(overrides, words):
     ("gmpo", "mis", "geometric", (1.001, 0.999, 1.001)),
     ("grpo", "tis", "token", (2.0, 0.5, 2.0)),
     ("grpo", "geo_rs", "geometric", (1.001, 0.999, 1.001)),
-    # OPSM weighs whole sequences (one advantage each): a token weight would make its advantages [N, T], which its
-    # loss refuses (found by tests/trainer/test_gpu.py on an H200)
-    ("opsm", "tis", "geometric", (1.001, 0.999, 1.001)),
+    # OPSM's ratio is GRPO's, per token, and it takes the [N, T] advantages a token weight makes (TRL combines OPSM
+    # with its token-level TIS): auto is token, as every token-ratio algorithm
+    ("opsm", "tis", "token", (2.0, 0.5, 2.0)),
+    # MIS at token level is IcePop: its band [0.5, 5] (arXiv 2510.18855, verl decoupled_token_icepop); mask keeps [0.5, 2]
+    ("grpo", "mis", "token", (2.0, 0.5, 5.0)),
+    ("grpo", "mask", "token", (2.0, 0.5, 2.0)),
 ])
 def test_the_level_follows_the_algorithms_ratio_and_each_level_has_its_bounds(algo, kind, level, bounds):
     cfg = compose_config([*TINY, f"algo={algo}", f"algo.correction.kind={kind}", *ENGINE])

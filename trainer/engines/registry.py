@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from gspo.algos import available, get
 from gspo.conf.errors import GspoError
 from gspo.trainer.engines import hf_engine, vllm_engine
 from gspo.trainer.engines.base import Capabilities, EngineKind
@@ -60,9 +61,11 @@ def resolve_engine(cfg, world: World = World()) -> str:
 
 
 def make_engine(cfg, model, tokenizer):
-    """The engine `cfg.rollout.engine` names, returning its log-probs when the loss takes the engine's own."""
-    return engine_kind(cfg.rollout.engine).build(cfg, model, tokenizer,
-                                                 want_logprobs=old_logp_origin(cfg.algo) == ENGINE)
+    """The engine `cfg.rollout.engine` names, returning its log-probs when the loss takes the engine's own or the
+    algorithm reads the sampler's (OPSM's mask, DPPO's anchor: `reads_sampler`)."""
+    reads = cfg.algo.name in available() and get(cfg.algo.name).reads_sampler  # an eval may name an unloaded plugin
+    want = old_logp_origin(cfg.algo) == ENGINE or reads
+    return engine_kind(cfg.rollout.engine).build(cfg, model, tokenizer, want_logprobs=want)
 
 
 def check_engine(cfg, world: World = World()) -> None:

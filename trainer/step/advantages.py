@@ -19,7 +19,7 @@ from torch import Tensor
 from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.algos.registry import check_clip
 from gspo.conf.errors import GspoError
-from gspo.conf.schema import CORRECTION_BOUNDS
+from gspo.conf.schema import CORRECTION_BOUNDS, ICEPOP_BAND
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.tasks.task_types import Task
@@ -33,7 +33,7 @@ def check_algorithm(algo, task: Task) -> None:
     except ValueError as e:
         raise GspoError(f"{e} (gspo.algos registers it)") from None
     try:
-        spec.make_options(dict(algo.options))
+        options = spec.make_options(dict(algo.options))
     except (TypeError, ValueError) as e:
         raise GspoError(f"algo.options: {e}") from None
     try:
@@ -48,6 +48,10 @@ def check_algorithm(algo, task: Task) -> None:
     if c.kind != "none" and old_logp_origin(algo) != ENGINE:
         raise GspoError(f"algo.correction.kind={c.kind} corrects the sampler's log-probs toward the trainer's: it needs "
                         f"algo.old_logp_source=engine (got {algo.old_logp_source})")
+    if c.kind != "none" and getattr(options, "anchored_at_sampler", False):
+        raise GspoError(f"algo.correction.kind={c.kind} with {algo.name} anchored at the sampler: its ratio pi / pi_s "
+                        "already weighs the sampler-trainer mismatch, a correction would weigh it twice (use "
+                        "algo.options.anchor=trainer for the decoupled form, or algo.correction.kind=none)")
     if c.kind != "none" and c.level == "token" and not spec.token_advantages:
         raise GspoError(f"algo.correction.level=token weights each token's term, and {algo.name} weights whole "
                         "sequences: use algo.correction.level=auto, sequence or geometric")
@@ -116,13 +120,16 @@ class CorrectionBounds:
 
 def correction_bounds(algo) -> CorrectionBounds:
     """algo.correction resolved: level auto is the algorithm's own ratio level (geometric for gspo, gspo_token and
-    gmpo, token otherwise; geometric for geo_rs), and each unset bound is its level's (conf/schema.py)."""
+    gmpo, token otherwise; geometric for geo_rs), and each unset bound is its level's (conf/schema.py; mis at token
+    level: IcePop's band)."""
     c = algo.correction
     level = c.level
     if level == "auto":
-        spec = get(algo.name)  # a token weight needs per-token advantages (OPSM weighs whole sequences: geometric)
+        spec = get(algo.name)  # a token weight needs per-token advantages: an algorithm without them gets geometric
         level = "geometric" if c.kind == "geo_rs" or spec.ratio == "geometric" or not spec.token_advantages else "token"
     cap, low, high = CORRECTION_BOUNDS[level]
+    if c.kind == "mis" and level == "token":
+        low, high = ICEPOP_BAND
     return CorrectionBounds(c.kind, level, cap if c.cap is None else c.cap, low if c.low is None else c.low,
                             high if c.high is None else c.high)
 
@@ -131,9 +138,11 @@ def corrected(algo, advantages: Tensor, old_logp: Tensor, rollout: Rollout) -> t
     """(advantages, the old log-probs the loss uses, correction/* metrics) under `algo.correction`.
 
     Without a correction the loss's old log-probs are the sampler's where algo.old_logp_source=engine, else
-    the trainer's. With one they are the trainer's (`old_logp`), and the sampler's enter only through the
+    the trainer's. With one they are the trainer's (`old_logp`), and the sampler's enter the ratio only through the
     weights c (gspo.algos.corrections), which scale the advantages: per token ([N, T]) or per sequence
-    (`correction_bounds` resolves the level and bounds).
+    (`correction_bounds` resolves the level and bounds). Whatever is returned here, the update also hands the loss
+    the sampler's own log-probs (rollout.engine_logp, as LossInputs.sampler_logp) where they exist: OPSM's mask and
+    DPPO's default anchor read them, not these.
     """
     c = algo.correction
     if c.kind == "none":

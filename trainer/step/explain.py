@@ -62,18 +62,23 @@ def _advantage(cfg) -> list[str]:
     if algo.advantage == "step":
         what = f"per token: the sum of the normalised rewards of its step and the later ones; each step {scale}"
     elif est.needs_components:
-        what = (f"each reward component normalised in its group ({scale}), summed, then (S - mean_batch) / "
-                f"(std_batch + {eps}) over the batch (GDPO)")
+        parts = "the task's reward components (arith: correctness, format)" + (
+            ", and the overlong penalty as one more" if r.overlong_buffer else "")
+        what = (f"{parts}, each normalised in its group ({scale}), summed, then (S - mean_batch) / "
+                f"(std_batch + {eps}) over the batch (GDPO); a group constant in every component gets exactly 0")
     else:
         what = f"A_i = {scale}; a group of equal rewards gets exactly 0"
     rewards = f"the task's ({cfg.task.kind})"
     if r.overlong_buffer:
-        rewards += (f" + the overlong penalty over the last {_num(r.overlong_buffer)} of {r.max_new_tokens} tokens "
-                    "(added after the filter below)")
+        rewards += (f" + the overlong penalty over the last {_num(r.overlong_buffer)} of {r.max_new_tokens} tokens"
+                    + (" (added after the filter below)" if r.dynamic_sampling else ""))
     lines = [f"advantage  {algo.advantage}: {what}", f"rewards    {rewards}"]
     if r.dynamic_sampling:
-        lines.append(f"filter     dynamic sampling: groups whose task rewards (correctness, unshaped) are all equal are "
-                     f"dropped, up to {r.max_draws} draws of {cfg.train.prompts_per_step} prompts")
+        silent = ("every reward component (unshaped) is constant" if est.needs_components else
+                  "task rewards (correctness, unshaped) are all equal")
+        lines.append(f"filter     dynamic sampling: groups whose {silent} are dropped, up to {r.max_draws} draws of "
+                     f"{cfg.train.prompts_per_step} prompts; a batch still short is refilled with dropped groups, "
+                     "unshaped, at advantage 0 (sampling/groups_refilled)")
     return lines
 
 
@@ -111,7 +116,13 @@ def _policies(cfg) -> list[str]:
     else:
         old = ("the sampler's own log-probs where they equal a trainer forward to fp tolerance (hf lean sampler, fp32, "
                "no MoE routers), else a trainer scoring forward (algo.old_logp_source=auto)")
-    return [sampled, f"pi_old     {old}"]
+    lines = [sampled, f"pi_old     {old}"]
+    if algo.routing_replay != "none":
+        whose = ("the experts the old policy's scoring forward chose (R2)" if algo.routing_replay == "trainer" else
+                 "the experts the sampler chose while decoding (R3)")
+        lines.append(f"replay     routing replay: {whose}, replayed in the update's forwards, gates recomputed from "
+                     "the current router")
+    return lines
 
 
 def _correction(cfg) -> list[str]:
@@ -123,7 +134,8 @@ def _correction(cfg) -> list[str]:
            "sequence": "rho_i = exp(sum_t (old_logp_it - sampler_logp_it)), the product of the token ratios",
            "geometric": "rho_i = exp(1/|y_i| sum_t (old_logp_it - sampler_logp_it)), their geometric mean"}[b.level]
     rule = {"tis": f"c = sg(min(rho, {_num(b.cap)}))",
-            "mis": f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (IcePop)",
+            "mis": f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 ("
+                   + ("IcePop)" if b.level == "token" else "masked IS)"),
             "mask": f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
             "geo_rs": f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
     return [f"correction {b.kind} at {b.level} level: {rule}, {rho}; c multiplies each term's advantage"]

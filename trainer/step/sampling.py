@@ -2,10 +2,13 @@
 (arXiv 2503.14476, sec. 3.2 and 3.4), which every algorithm can use:
 
 - `rollout.dynamic_sampling`: a group whose task rewards are all equal (all right or all wrong: the paper's
-  accuracy filter, as verl's, on the task's reward before any shaping) teaches nothing. Such groups are dropped
-  and more prompts drawn, round k of a step from (seed, step, k) and sampled with its own
+  accuracy filter, as verl's, on the task's reward before any shaping) teaches nothing. Under an estimator that
+  reads the reward's components (GDPO) a group teaches nothing only when every component is constant in it (all
+  right with some answers well formed and some not still teaches format), so that is the filter there. Such groups
+  are dropped and more prompts drawn, round k of a step from (seed, step, k) and sampled with its own
   seed, until train.prompts_per_step groups are kept or `rollout.max_draws` rounds are spent. A batch still
-  short is completed with the first dropped groups (unshaped: advantage 0), so every batch has
+  short is completed with the first dropped groups (unshaped, constant in whatever the filter read: advantage 0,
+  under GDPO for every component), so every batch has
   its configured shape. Logged: sampling/groups_drawn, sampling/groups_kept (informative groups in the
   batch), sampling/groups_dropped, sampling/draws (rounds) and sampling/groups_refilled (dropped groups put
   back to complete a short batch).
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gspo.algos import constant_groups, overlong_penalty
+from gspo.algos import constant_components, constant_groups, get_estimator, overlong_penalty
 from gspo.algos.metrics import (
     DRAWS,
     GROUPS_DRAWN,
@@ -76,7 +79,7 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
         times = {key: times[key] + part.times[key] for key in times}
         if not sampling.dynamic_sampling:
             return _shaped(part, sampling)
-        empty = constant_groups(part.task_rewards, conf.train.group_size).tolist()  # [B], on correctness, unshaped
+        empty = _silent_groups(part, conf, task)  # [B], on correctness (or every component), unshaped
         good = [g for g in range(B) if not empty[g]][: B - n_kept]
         kept.append((part, good))
         dropped += [(part, g) for g in range(B) if empty[g]]
@@ -91,6 +94,17 @@ def sample_batch(step: int, conf, engine, task: Task, device: torch.device, worl
                      GROUPS_REFILLED: float(len(refill)), **batch.metrics}
     batch.times = times
     return batch
+
+
+def _silent_groups(part: Sampled, conf, task: Task) -> list[bool]:
+    """[B]: the groups that teach the estimator nothing: task rewards all equal; for an estimator that normalises
+    each reward component apart (GDPO), every component constant (the overlong penalty, added later, aside)."""
+    G = conf.train.group_size
+    if not get_estimator(conf.algo.advantage).needs_components:
+        return constant_groups(part.task_rewards, G).tolist()
+    golds = [it.gold for it in part.items for _ in range(G)]
+    components = torch.tensor(task.components(part.rollout.texts, golds), dtype=part.task_rewards.dtype)  # [N, K]
+    return constant_components(components, G).tolist()
 
 
 def _draw(step: int, k: int, conf, engine, task: Task, device: torch.device, world: World) -> Sampled:

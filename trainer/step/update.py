@@ -211,11 +211,13 @@ def _micro_loss(ctx: StepContext, batch: Batch, part: list[int], used: list | No
     if used is not None:
         used.append((epoch, rows, (logp.detach() - old) * mask, mask))
     adv = batch.advantages[rows] if batch.advantages.dim() == 1 else batch.advantages[rows, :width]  # [n] or [n, width]
+    # the sampler's own log-probs, whichever pi_old the loss gets (OPSM's mask, DPPO's anchor read them)
+    sampler = r.engine_logp[rows, :width].to(old.dtype) if r.engine_logp is not None else None
     return policy_loss(
         algo.name, logp=logp, old_logp=old, advantages=adv,
         mask=mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
         **algo.options, max_len=ctx.sampling.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
-        seq_denominator=den[0], token_denominator=den[1],
+        seq_denominator=den[0], token_denominator=den[1], sampler_logp=sampler,
     )
 
 
