@@ -36,7 +36,12 @@ def test_holm_levels_by_hand():
     # m = 4: 0.01 <= 0.05/4 rejected; 0.03 > 0.05/3 stops; it and all after are held to 0.05/3
     assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.0125, 0.05 / 3, 0.05 / 3, 0.05 / 3])
     assert holm([0.001, 0.02]) == pytest.approx([0.025, 0.05])  # both rejected: 0.05/2, then 0.05/1
-    assert holm([math.nan, 0.01]) == pytest.approx([0.05, 0.05])  # no test: not counted in m
+    # no test (one seed, or seeds that tied): counted in m and never rejected, so it cannot loosen the others
+    assert holm([math.nan, 0.01]) == pytest.approx([0.05, 0.025])
+    tie = paired_ci([0.5, 0.6, 0.7], [0.4, 0.5, 0.6])  # every seed +0.1: se 0, no test
+    assert not tie.tested and math.isnan(tie.p) and math.isnan(mde(tie)) and seeds_for(0.02, tie, True) is None
+    levels = holm([tie.p, 0.001, 0.2, 0.3, 0.4, 0.5])
+    assert levels[1] == pytest.approx(0.05 / 6) and levels[0] == pytest.approx(0.05 / 5)  # 0.0083, not 0.01
 
 
 def test_minimum_detectable_effect_and_seeds_for_an_effect_match_the_tables():
@@ -47,9 +52,9 @@ def test_minimum_detectable_effect_and_seeds_for_an_effect_match_the_tables():
     assert power(mde(small), 0.01, 2) == pytest.approx(0.8, abs=1e-6) and mde(small) > mde(big) * 2
     # one-sample (paired) t, d = 0.5: 34 pairs (G*Power); two samples, d = 0.5: 64 per arm (Cohen 1988, 2.4.1)
     paired = Interval(0.0, -1, 1, 3, se=1 / math.sqrt(3), df=2)  # sd of a pair's difference 1
-    assert seeds_for(0.5, paired, paired=True) == 34
+    assert seeds_for(0.5, paired, paired=True, upper=None) == 34
     welch = Interval(0.0, -1, 1, 3, se=math.sqrt(2 / 3), df=4)  # pooled sd 1, 3 per arm
-    assert seeds_for(0.5, welch, paired=False) == 64 and seeds_for(1.0, welch, paired=False) == 17
+    assert seeds_for(0.5, welch, paired=False, upper=None) == 64 and seeds_for(1.0, welch, False, upper=None) == 17
     assert seeds_for(0.0, paired, paired=True) is None and math.isnan(mde(Interval(0.1, math.nan, math.nan, 1)))
 
 
