@@ -127,6 +127,11 @@ def _resolved(d: Difference) -> str:
                 "adjusted across the page's scores, so a lead for a compare with this as its primary, not a finding")
     if d.head.info.kind != SCORE:
         return f"{d.arm.label} {side} (the interval excludes zero; a mechanism: described, not a score)"
+    n = len(d.values[0])
+    if not math.isnan(d.flip_p) and d.flip_p > d.alpha:
+        why = (f"the exact sign-flip test cannot go below {p_words(sign_flip_floor(n))} at {n} seeds"
+               if sign_flip_floor(n) > d.alpha else f"the exact sign-flip p is {p_words(d.flip_p)}")
+        return f"resolved ({d.arm.label} {side}; by the t alone: {why}, so this rests on the t's normal shape)"
     return f"resolved ({d.arm.label} {side})"
 
 

@@ -146,7 +146,9 @@ def paired_ci(a: list[float], b: list[float]) -> Interval:
     d = statistics.fmean(ds)
     if len(ds) < 2:
         return Interval(d, math.nan, math.nan, 1)
-    se = statistics.stdev(ds) / math.sqrt(len(ds))
+    sd = statistics.stdev(ds)
+    # equal differences in binary floating point (0.7 - 0.6 vs 0.8 - 0.7) leave an sd of rounding error: a tie
+    se = 0.0 if sd <= 1e-12 * max(abs(x) for x in ds) else sd / math.sqrt(len(ds))
     half = t975(len(ds) - 1) * se
     return Interval(d, d - half, d + half, len(ds), se=se, df=len(ds) - 1)
 
