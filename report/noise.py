@@ -19,7 +19,7 @@ import gspo.algos.metrics as M
 from gspo.report.arms import Arm
 from gspo.report.heldout import decompose, final_outcomes, paired_bootstrap
 from gspo.report.stats import clip_to, mean_ci
-from gspo.report.tables import PAIRED, Difference, Headline, arm_values, run_value
+from gspo.report.tables import PAIRED, Difference, Headline, arm_values, informative, run_value
 
 EVAL_S = M.TIME_PHASE.format("eval")
 
@@ -86,7 +86,7 @@ def which_objective(arms: list[Arm], head: Headline, diffs: list[Difference], me
     by_arm = {id(d.arm): d for d in diffs}
     rows = []
     for arm in arms:
-        ci = clip_to(mean_ci(arm_values(arm, head)), head.info.valid)
+        ci = informative(clip_to(mean_ci(arm_values(arm, head)), head.info.valid))
         mech = mean_ci([run_value(r, mechanism, "mean") for r in arm.runs]).mean
         d = by_arm.get(id(arm))
         said = "baseline" if d is None else (f"{'above' if d.ci.mean > 0 else 'below'} {d.base.label}" if d.resolved

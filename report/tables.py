@@ -154,10 +154,17 @@ def arm_table(arms: list[Arm], h: Headline, valid: tuple[float | None, float | N
     valid = valid if valid is not None else h.info.valid
     rows = []
     for arm in arms:
-        ci = clip_to(mean_ci(arm_values(arm, h)), valid)
+        ci = informative(clip_to(mean_ci(arm_values(arm, h)), valid))
         rows.append({"arm": arm.label, "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "n": ci.n,
                      "how": ci.how if ci.n >= 2 else "-", "IQM": iqm(arm_values(arm, h))})
     return pd.DataFrame(rows)
+
+
+def informative(ci: Interval) -> Interval:
+    """No bounds (NaN) where the interval was cut at both ends of the range: "95% CI 0 to 1" says nothing."""
+    if not ci.uninformative:
+        return ci
+    return Interval(ci.mean, math.nan, math.nan, ci.n, "covers the range")
 
 
 def arm_values(arm: Arm, h: Headline) -> list[float]:

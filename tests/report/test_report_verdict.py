@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from report_runs import fake_compare, fake_lr_sweep, fake_run
 
 from gspo.cli.sweep import fold_equal_arms, job_progress
@@ -181,7 +182,9 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
     means = [float(line.split(" | ")[1]) for line in rows]
     assert len(rows) == 6 and means == sorted(means, reverse=True)
     assert "| GRPO lr=0.0007 |" in rows[-1] and "no claim vs GRPO lr=0.0001" in which and "| baseline |" in which
-    assert all(0 <= float(c) <= 1 for line in rows for c in line.split(" | ")[2:4])
+    assert all(0 <= float(c) <= 1 for line in rows for c in line.split(" | ")[2:4] if c != "-")
+    # an interval cut at both ends of [0, 1] says nothing and is not printed (issue 49: "95% CI 0 to 1")
+    assert any(line.split(" | ")[2:4] == ["-", "-"] for line in rows)
     summary = pd.read_csv(out / "summary.csv")
     top = summary[(summary["train.lr"] == 7e-4) & (summary["algo.name"] == "gspo")]
     assert top["baseline"].tolist() == ["GRPO lr=0.0007"] * 3
@@ -217,3 +220,74 @@ def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
     # two at once: the 3 left take two waves of a job's time
     assert job_progress(tmp_path, 1, jobs, at_once=2) == ("sweep job 2/4, ETA 0:03:20 for the 3 left (0:01:40 per job "
                                                           "over 1 done, 2 at once)")
+
+
+def _set_final(run: Path, metric: str, value: float) -> None:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[-1][metric] = value
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _finals(root: Path, values: dict[str, list[float]], metric: str = "eval/arith/accuracy") -> list[Path]:
+    runs = []
+    for algo, vs in values.items():
+        for s, v in enumerate(vs):
+            runs.append(fake_run(root, algo, s))
+            _set_final(runs[-1], metric, v)
+    return runs
+
+
+def test_a_tie_is_no_claim_and_a_cut_interval_keeps_its_test_in_the_verdict(tmp_path):
+    """Issue 45's cases on a page: every seed -1/128 (results/compare-default's greedy row) is no test (no MDE,
+    no seed count, the sign-flip floor beside it); (0.92, 0.55, 0.95) vs (0.02, 0.05, 0.03) keeps its t p
+    (0.030) and says the exact sign-flip test cannot confirm it at 3 seeds."""
+    tie = write_report(_finals(tmp_path / "tie", {"grpo": [0.5, 0.625, 0.75], "gspo": [0.5 - 1 / 128, 0.625 - 1 / 128,
+                                                                                       0.75 - 1 / 128]}),
+                       tmp_path / "o1", wandb="disabled").verdict[0]
+    assert tie.startswith("held-out accuracy [primary]: GSPO - GRPO = -0.00781 at train.lr=0.0001 (paired, 3 seeds; exact "
+                          "sign-flip p = 0.25 (its floor at 3 seeds: 2/2^3 = 0.25)): every seed gave the same difference, "
+                          "so the t has no spread to test: no claim")
+    assert "MDE" not in tie and "seeds/arm" not in tie
+    cut = write_report(_finals(tmp_path / "cut", {"grpo": [0.02, 0.05, 0.03], "gspo": [0.92, 0.55, 0.95]}),
+                       tmp_path / "o2", wandb="disabled").verdict[0]
+    assert "95% CI +0.185 to +1, t p = 0.03;" in cut
+    assert cut.endswith("resolved (GSPO higher; by the t alone: the exact sign-flip test cannot go below 0.25 at 3 "
+                        "seeds, so this rests on the t's normal shape)")
+
+
+def test_other_scores_are_exploratory_and_a_dynamic_sampling_reward_is_flagged(tmp_path):
+    """One primary score: the training reward's interval excluding zero is a lead, not 'resolved'; verdict.metric
+    names another primary; an arm with dynamic sampling has its reward flagged as not like for like."""
+    from gspo.conf.errors import GspoError
+
+    runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in range(3)]
+    for run in runs[3:]:  # GSPO's training reward 0.3 higher at every step of every seed
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        rows = [r | ({"reward/mean": r["reward/mean"] + 0.3} if "reward/mean" in r else {}) for r in rows]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(runs, tmp_path / "o", wandb="disabled")
+    reward = next(v for v in report.verdict if v.startswith("training reward [exploratory]: GSPO - GRPO = +0.3"))
+    assert reward.endswith("the interval excludes zero (GSPO higher); exploratory: not the primary score, and not "
+                           "adjusted across the page's scores, so a lead for a compare with this as its primary, not "
+                           "a finding")
+    as_primary = write_report(runs, tmp_path / "o2", wandb="disabled", primary="reward/mean").verdict
+    assert as_primary[0].startswith("training reward [primary]: ") and any(
+        v.startswith("held-out accuracy [exploratory]") for v in as_primary)
+    with pytest.raises(GspoError, match="verdict.metric=clip/token_frac: not a score these runs logged"):
+        write_report(runs, tmp_path / "o3", wandb="disabled", primary="clip/token_frac")
+    for run in runs[3:]:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["rollout"]["dynamic_sampling"] = True
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    flagged = write_report(runs, tmp_path / "o4", wandb="disabled").verdict
+    assert any("not like for like: GSPO samples dynamically, so its training reward is over the groups it kept" in v
+               for v in flagged if v.startswith("training reward"))
+
+
+def test_iqm_from_five_seeds_and_p_better_by_seed():
+    from gspo.report.stats import iqm, prob_improvement
+
+    assert math.isnan(iqm([1, 2, 3, 4])) and iqm([1, 2, 3, 4, 100]) == pytest.approx(3.0)  # trims 1 and 100
+    # by seed: a = (1, 2, 3), b = (0, 3, 3): 1 higher, 1 lower, 1 tied -> 0.5; over every pair it is 4.5 / 9
+    assert prob_improvement([1, 2, 3], [0, 3, 3], paired=True) == 0.5
+    assert prob_improvement([1, 2, 3], [0, 3, 3]) == pytest.approx(4 / 9)
