@@ -71,13 +71,16 @@ def interval_text(d: Difference, pre: str) -> str:
         level = f"group-sequential repeated {1 - d.alpha:.3g} CI of the last look"
     elif d.m > 1:
         level = f"Holm over {d.m}: {1 - d.alpha:.1%} CI"
-    if ci.uninformative:
+    if d.adjusted_by != "Holm" and d.alpha <= 0:
+        text = (f"{pre}{_method(d)}: no claim possible at the last look (its group-sequential level is below the "
+                f"sign-flip floor 2/2^{len(d.values[0])})")
+    elif ci.uninformative:
         text = f"{pre}{_method(d)}: no informative interval (its {level} covers every possible difference)"
     else:
         text = f"{pre}{_method(d)}: {level} {signed(ci.low)} to {signed(ci.high)}"
     text += f", t p = {p_words(d.ci.p)}" if d.ci.tested else ""
     text += f"; {flip}" if (flip := flip_text(d)) else ""
-    if d.method == PAIRED and d.welch is not None and not math.isnan(d.welch.low) and not ci.uninformative:
+    if d.method == PAIRED and d.welch is not None and not math.isnan(d.welch.low) and not ci.uninformative and d.alpha > 0:
         w = d.welch.at(1 - d.alpha)
         text += f"; Welch {signed(w.low)} to {signed(w.high)}"
     return text
@@ -104,9 +107,9 @@ def _unresolved(d: Difference) -> str:
             return f"equivalent within +-{d.effect:g}: the difference lies within {span} (TOST)"
         if not tost.uninformative:
             parts.insert(0, f"within {span} (TOST), so not shown equivalent within +-{d.effect:g}")
-        point = d.seeds_point
-        parts.append(f"~{d.seeds} seeds/arm for {d.effect:g} (80% power at the sd's 80% upper bound; ~{point} at the "
-                     "sd measured)" if d.seeds else f"no seed count resolves {d.effect:g}")
+        point = f"; ~{d.seeds_point} at the sd measured" if d.seeds_point else ""
+        parts.append(f"~{d.seeds} seeds/arm for {d.effect:g} (80% power at the sd's 80% upper bound{point})"
+                     if d.seeds else f"no seed count resolves {d.effect:g}")
     return "no claim (not resolved); " + "; ".join(parts)
 
 

@@ -65,3 +65,14 @@ def test_a_tie_and_a_clipped_interval_are_no_claim_at_a_look():
     assert (wide.low, wide.high) == (pytest.approx(-4.39, abs=0.01), pytest.approx(5.94, abs=0.01))
     d = decide(cut, 0.0007, 0.02, sign_flip_p([0.92, 0.55, 0.95], [0.02, 0.05, 0.03]))
     assert not d.resolved and (d.interval.low, d.interval.high) == (-1.0, 1.0) and d.interval.uninformative
+
+
+def test_a_last_look_below_the_sign_flip_floor_claims_nothing_in_words(tmp_path):
+    """Rounds cut short at 3 seeds (verdict.max_minutes): the last look spends all of alpha, but 0.05 is below
+    2/2^3, so its level is 0 and the page says no claim was possible, not an interval of -inf to +inf."""
+    runs = [fake_run(tmp_path / "runs", a, s, level=lvl) for a, lvl in (("grpo", 0.5), ("gspo", 0.9)) for s in range(3)]
+    last = look(runs, None, 0.02, [3], 12, "obrien_fleming", final=True)
+    assert last.level == 0.0 and not last.settled
+    head = write_report(runs, tmp_path / "out", wandb="disabled", sequential={"eval/arith/accuracy": last.level}).verdict[0]
+    assert "no claim possible at the last look (its group-sequential level is below the sign-flip floor 2/2^3)" in head
+    assert "no claim (not resolved)" in head and "inf" not in head and "None" not in head
