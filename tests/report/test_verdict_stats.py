@@ -170,3 +170,12 @@ def test_t_calibrated_levels():
     assert t_levels([9], 12, kind="pocock") == pytest.approx([spent(0.75, kind="pocock")])  # exact at one look
     assert t_levels([3, 6, 9], 9, final=True)[:2] == [0.0, 0.0]  # O'Brien-Fleming: nothing claimable before 9
     assert t_levels([3, 6, 9], 9, final=True)[2] == pytest.approx(0.05, abs=0.002)  # the whole alpha at 9
+
+
+def test_a_look_resolves_only_where_the_sign_flip_p_is_within_its_level():
+    """t = 50 on 5 df is far past any level, but 6 differences with one of the other sign have a sign-flip p of
+    at least 4/64 = 0.0625: at a look of level 0.02 that is no claim; with every sign alike (2/64) it resolves."""
+    ci = Interval(0.5, 0, 0, 6, se=0.01, df=5)
+    assert decide(ci, 0.02, 0.02).resolved  # without the gate (an unpaired comparison has none)
+    assert not decide(ci, 0.02, 0.02, flip_p=4 / 64).resolved
+    assert decide(ci, 0.04, 0.02, flip_p=2 / 64).resolved
