@@ -10,7 +10,7 @@ cumulative time/step_s of each run: training steps only, held-out evals left out
 at a step is drawn at the mean x of the seeds at that step.
 
 Three figures lead the report: the forest plot (every headline difference with its interval, one shared
-axis per metric, rows sorted, the Holm-adjusted interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
+axis per metric, rows sorted, the simultaneous (Bonferroni) interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
 plot (final metric against that key, one line per algorithm, the share of seeds that collapsed marked).
 """
 
