@@ -99,7 +99,7 @@ def compare_cmd(
                           again=" ".join(["gspo compare", *(quote(o) for o in overrides or []
                                                             if not o.startswith("hydra.sweep.dir="))]))
     print_report(write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
-                              effect=verdict.effect))
+                              effect=verdict.effect, primary=verdict.metric))
 
 
 def plan_rounds(name: str, rest: list[str], verdict: VerdictConfig) -> list[list[int]]:
@@ -165,5 +165,5 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
     atomic_write_text(outer / "sequential.json", json.dumps(record, indent=1) + "\n")
     metric = looks[-1].diffs[0].head.metric if looks[-1].diffs else None
     print_report(write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
-                              effect=verdict.effect, rounds=lines,
+                              effect=verdict.effect, primary=verdict.metric, rounds=lines,
                               sequential={metric: looks[-1].level} if metric else None))

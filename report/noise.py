@@ -19,7 +19,7 @@ import gspo.algos.metrics as M
 from gspo.report.arms import Arm
 from gspo.report.heldout import decompose, final_outcomes, paired_bootstrap
 from gspo.report.stats import clip_to, mean_ci
-from gspo.report.tables import PAIRED, Difference, Headline, arm_values, run_value
+from gspo.report.tables import PAIRED, Difference, Headline, arm_values, informative, run_value
 
 EVAL_S = M.TIME_PHASE.format("eval")
 
@@ -81,15 +81,16 @@ def noise_text(arms: list[Arm]) -> str:
 
 def which_objective(arms: list[Arm], head: Headline, diffs: list[Difference], mechanism: str) -> pd.DataFrame:
     """Each arm's estimate of `head` with its interval and the mechanism figure (`mechanism`, mean over steps),
-    best first; arms whose difference to the baseline is not resolved are said to tie with it."""
+    best first; arms whose difference to the baseline is not resolved make no claim against it (the verdict's
+    words: not resolved is not a tie)."""
     by_arm = {id(d.arm): d for d in diffs}
     rows = []
     for arm in arms:
-        ci = clip_to(mean_ci(arm_values(arm, head)), head.info.valid)
+        ci = informative(clip_to(mean_ci(arm_values(arm, head)), head.info.valid))
         mech = mean_ci([run_value(r, mechanism, "mean") for r in arm.runs]).mean
         d = by_arm.get(id(arm))
         said = "baseline" if d is None else (f"{'above' if d.ci.mean > 0 else 'below'} {d.base.label}" if d.resolved
-                                             else f"tie with {d.base.label}")
+                                             else f"no claim vs {d.base.label}")
         rows.append({"arm": arm.label, "mean": ci.mean, "95% CI low": ci.low, "95% CI high": ci.high,
                      "vs baseline": said, M.lookup(mechanism).label if M.lookup(mechanism) else mechanism: mech})
     return pd.DataFrame(rows).sort_values("mean", ascending=False, na_position="last").reset_index(drop=True)

@@ -10,7 +10,7 @@ cumulative time/step_s of each run: training steps only, held-out evals left out
 at a step is drawn at the mean x of the seeds at that step.
 
 Three figures lead the report: the forest plot (every headline difference with its interval, one shared
-axis per metric, rows sorted, the Holm-adjusted interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
+axis per metric, rows sorted, the simultaneous (Bonferroni) interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
 plot (final metric against that key, one line per algorithm, the share of seeds that collapsed marked).
 """
 
@@ -205,25 +205,29 @@ def key_grid(arms: list[Arm], task: str, out: Path, smooth: int = 5) -> bool:
 
 
 def _forest_row(ax, d: Difference, y: float) -> None:
-    """One difference at height y: the 95% interval (thick), Holm's adjusted one (thin, where wider), the point."""
+    """One difference at height y: the 95% interval (thick), the simultaneous one (thin: Bonferroni alpha / m, or
+    the group-sequential repeated interval), the point; grey where there is no test (seeds that tied)."""
     color = "#1f77b4" if d.resolved else "#777777"
-    if not math.isnan(d.ci.low):
-        adj = d.adjusted
-        if d.m > 1 and not math.isnan(adj.low):
+    if not math.isnan(d.ci.low) and d.ci.tested:
+        adj = d.simultaneous
+        if (d.m > 1 or d.adjusted_by != "Holm") and not math.isnan(adj.low):
             ax.plot([adj.low, adj.high], [y, y], color=color, linewidth=1, solid_capstyle="butt")
             ax.plot([adj.low, adj.high], [y, y], "|", color=color, markersize=8)
         ax.plot([d.ci.low, d.ci.high], [y, y], color=color, linewidth=3.5, solid_capstyle="butt", alpha=0.8)
     ax.plot([d.ci.mean], [y], "o", color=color, markersize=6)
     how = "paired" if d.method == "paired t" else "Welch"
-    ax.text(1.01, y, ("resolved" if d.resolved else "not resolved") + f" ({how}, n={d.ci.n})",
+    said = "no test (tie)" if not d.ci.tested and d.ci.n >= 2 else "resolved" if d.resolved else "no claim"
+    said = "excludes 0 (exploratory)" if d.resolved and d.role == "exploratory" else said
+    ax.text(1.01, y, said + f" ({how}, n={d.ci.n})",
             transform=ax.get_yaxis_transform(), ha="left", va="center", fontsize=8, color=color)
 
 
 def forest(diffs: list[Difference], out: Path) -> bool:
     """Every difference (an arm minus its baseline) with its interval: one panel per metric, all its rows on one
     shared x axis (so their intervals compare by eye), sorted by the estimate, zero marked; the thick bar is the
-    95% interval, the thin one with end ticks the Holm-adjusted interval where several comparisons share the
-    metric (the one a verdict rests on)."""
+    95% interval, the thin one with end ticks the simultaneous interval where several comparisons share the
+    metric (Bonferroni alpha / m: all m cover at once with 95%, which Holm's per-comparison levels, the verdict's
+    test, do not promise) or the group-sequential repeated interval after rounds of seeds."""
     by_metric: dict[str, list[Difference]] = {}
     for d in diffs:
         if not math.isnan(d.ci.mean):
@@ -242,13 +246,15 @@ def forest(diffs: list[Difference], out: Path) -> bool:
         ax.set_yticks(range(len(ds)), [f"{d.arm.label} - {d.base.label}" for d in ds], fontsize=8)
         ax.set_ylim(-0.6, len(ds) - 0.4)
         head = ds[0].head
-        holm = f", Holm over {ds[0].m}" if ds[0].m > 1 else ""
-        ax.set_title(f"{head.info.label} ({head.reduce}){holm}", fontsize=9, loc="left", pad=2)
+        thin = (f"; thin: group-sequential repeated {1 - ds[0].alpha:.3g} CI of the last look" if ds[0].adjusted_by != "Holm"
+                else f"; thin: simultaneous 95% over {ds[0].m} (Bonferroni, {1 - 0.05 / ds[0].m:.2%} each)"
+                if ds[0].m > 1 else "")
+        ax.set_title(f"{head.info.label} ({head.reduce}){thin}", fontsize=9, loc="left", pad=2)
         ax.tick_params(axis="x", labelsize=7, pad=1)
         ax.grid(axis="x", alpha=0.3)
         for side in ("right", "top"):
             ax.spines[side].set_visible(False)
-    fig.suptitle("Difference to the baseline: 95% interval (thick), Holm-adjusted (thin); red line: no difference",
+    fig.suptitle("Difference to the baseline: 95% interval (thick), simultaneous or sequential (thin); red: no difference",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     fig.savefig(out)

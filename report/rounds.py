@@ -1,6 +1,7 @@
 """One look of a sequential compare (`gspo compare verdict.until=resolved`): the runs so far, each comparison
 of the primary metric with its repeated confidence interval at the look's group-sequential level
-(report/sequential.py), and the words the page says about the rounds."""
+(report/sequential.py: levels calibrated to the t at these seeds, resolved only where the exact sign-flip p is
+within the level too), and the words the page says about the rounds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import gspo.algos.metrics as M
 from gspo.conf.errors import GspoError
 from gspo.report.arms import group_arms, pairs
 from gspo.report.runs import load_runs
-from gspo.report.sequential import Decision, boundaries, decide, nominal
+from gspo.report.sequential import Decision, decide, t_levels
 from gspo.report.stats import LEVEL
 from gspo.report.tables import Difference, Headline, difference, headlines
 
@@ -49,8 +50,8 @@ def look(paths: list[Path], metric: str | None, effect: float, seeds: list[int],
     head = primary(runs[0].config.get("task.name", "arith"), metric)
     diffs = [difference(head, a, b, effect) for a, b in pairs(arms)]
     alpha = (1 - LEVEL) / max(len(diffs), 1)  # Bonferroni over the comparisons of the primary metric
-    level = nominal(boundaries([n / max_seeds for n in seeds], alpha, kind, final)[-1])
-    return Look(seeds[-1], level, diffs, [decide(d.ci, level, effect) for d in diffs])
+    level = t_levels(seeds, max_seeds, alpha, kind, final)[-1]  # calibrated to the t statistic at these seeds
+    return Look(seeds[-1], level, diffs, [decide(d.ci, level, effect, d.flip_p) for d in diffs])
 
 
 def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect: float) -> list[str]:
@@ -64,10 +65,16 @@ def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect:
              f"arm (at most {max_seeds}); stopped because {why}. Group-sequential design: {name} alpha spending "
              f"(Lan & DeMets 1983) over information n / {max_seeds}"
              + (f", alpha split over {m} comparisons (Bonferroni)" if m > 1 else "")
-             + "; the verdict above reads the last look's repeated confidence interval, valid after any number of looks."]
+             + "; each look's level calibrated to the t statistic at its seeds, and a look resolves a comparison only "
+             "where the exact sign-flip p is within the level too (so a look of n seeds whose level is below 2/2^n "
+             "claims nothing); the verdict above reads the last look's repeated confidence interval, valid after any "
+             "number of looks."]
     for i, lk in enumerate(looks, 1):
         spans = [f"{d.arm.label} - {d.base.label} " + (f"{c.interval.low:+.3g} to {c.interval.high:+.3g}"
-                                                       if math.isfinite(c.interval.low) else "no claim yet")
+                                                       if math.isfinite(c.interval.low) and d.ci.tested
+                                                       else "no claim yet")
                  for d, c in zip(lk.diffs, lk.decisions, strict=True)]
-        lines.append(f"Round {i} ({lk.seeds} seeds per arm): level {lk.level:.2g} per comparison; " + "; ".join(spans))
+        level = (f"level {lk.level:.2g} per comparison" if lk.level > 0 else
+                 f"no claim possible at this look (its level is below the sign-flip floor 2/2^{lk.seeds})")
+        lines.append(f"Round {i} ({lk.seeds} seeds per arm): {level}; " + "; ".join(spans))
     return lines

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -51,22 +51,34 @@ class Interval:
     how: str = "t"  # "t": 95% t interval; "min-max": the seeds' range (n < 3); "clipped": t cut at the range
     se: float = math.nan  # standard error of `mean` (differences: of the mean difference)
     df: float = math.nan  # degrees of freedom of its t distribution (Welch's are fractional)
+    valid: tuple[float | None, float | None] | None = None  # the range the bounds are cut to for display (clip_to)
 
     def at(self, level: float) -> Interval:
-        """The same estimate at another two-sided confidence level (its t quantile at `df`)."""
-        if math.isnan(self.se) or not self.df >= 1:
+        """The same estimate at another two-sided confidence level (its t quantile at `df`), cut to `valid` again
+        where it was cut (the test is the t's, whatever the display)."""
+        if not self.tested:
             return self
         half = float(sps.t.ppf(0.5 + level / 2, self.df)) * self.se
-        return Interval(self.mean, self.mean - half, self.mean + half, self.n, self.how, self.se, self.df)
+        wide = Interval(self.mean, self.mean - half, self.mean + half, self.n, "t", self.se, self.df)
+        return clip_to(wide, self.valid) if self.valid is not None else wide
+
+    @property
+    def tested(self) -> bool:
+        """Whether a t test exists: a standard error above zero on at least one degree of freedom. Seeds that
+        tied (se 0) are no test: zero spread from a few seeds is not certainty."""
+        return self.df >= 1 and self.se > 0 and math.isfinite(self.se)
 
     @property
     def p(self) -> float:
-        """Two-sided p-value of the t test of no difference (NaN without a standard error; 0 or 1 at se 0)."""
-        if not self.df >= 1 or math.isnan(self.se):
+        """Two-sided p-value of the t test of no difference; NaN where there is no test (no se, or se 0)."""
+        if not self.tested:
             return math.nan
-        if self.se == 0:
-            return 1.0 if self.mean == 0 else 0.0
         return float(2 * sps.t.sf(abs(self.mean) / self.se, self.df))
+
+    @property
+    def uninformative(self) -> bool:
+        """The interval was cut at both ends of its valid range: it rules out no possible value."""
+        return self.valid is not None and self.how == "clipped" and (self.low, self.high) == self.valid
 
 
 def _clean(values) -> list[float]:
@@ -86,13 +98,16 @@ def mean_ci(values: list[float]) -> Interval:
 
 
 def clip_to(ci: Interval, valid: tuple[float | None, float | None]) -> Interval:
-    """The interval cut to the metric's valid range (lo, hi; None: unbounded); `how` says when it was."""
+    """The interval cut to the metric's valid range (lo, hi; None: unbounded); `how` says when it was. The cut is
+    for display only: se and df stay, so its test (p, Holm, a sequential look, MDE) is the t interval's, and
+    `at` cuts an interval at another level again. Zero lies inside any range of differences, so the cut never
+    changes whether an interval excludes zero."""
     lo, hi = valid
     low = ci.low if lo is None or math.isnan(ci.low) else max(ci.low, lo)
     high = ci.high if hi is None or math.isnan(ci.high) else min(ci.high, hi)
     if (low, high) == (ci.low, ci.high) or (math.isnan(low) and math.isnan(ci.low)):
-        return ci
-    return Interval(ci.mean, low, high, ci.n, "clipped")
+        return replace(ci, valid=valid) if ci.tested else ci
+    return Interval(ci.mean, low, high, ci.n, "clipped", ci.se, ci.df, valid)
 
 
 def band(values: list[float], valid: tuple[float | None, float | None] = (None, None)) -> Interval:
@@ -131,7 +146,9 @@ def paired_ci(a: list[float], b: list[float]) -> Interval:
     d = statistics.fmean(ds)
     if len(ds) < 2:
         return Interval(d, math.nan, math.nan, 1)
-    se = statistics.stdev(ds) / math.sqrt(len(ds))
+    sd = statistics.stdev(ds)
+    # equal differences in binary floating point (0.7 - 0.6 vs 0.8 - 0.7) leave an sd of rounding error: a tie
+    se = 0.0 if sd <= 1e-12 * max(abs(x) for x in ds) else sd / math.sqrt(len(ds))
     half = t975(len(ds) - 1) * se
     return Interval(d, d - half, d + half, len(ds), se=se, df=len(ds) - 1)
 
@@ -140,14 +157,15 @@ def holm(p: list[float], alpha: float = 1 - LEVEL) -> list[float]:
     """Holm's step-down levels: for each p-value, the level it is tested at, alpha / (m - j) for the j-th
     smallest (j from 0) while every smaller one was rejected, and the level of the first not rejected for
     it and all after (so an interval drawn at that level excludes zero exactly when Holm rejects). A NaN
-    p-value (no test) is not counted in m and gets alpha / m."""
-    order = sorted((i for i, v in enumerate(p) if not math.isnan(v)), key=lambda i: p[i])
+    p-value (no test: one seed, or seeds that tied) is counted in m and never rejected, as a p of 1: a tie
+    must not loosen the other comparisons' levels."""
+    order = sorted(range(len(p)), key=lambda i: (math.isnan(p[i]), p[i] if not math.isnan(p[i]) else 0.0))
     m = len(order)
     levels = [alpha / max(m, 1)] * len(p)
     stopped = None
     for j, i in enumerate(order):
         level = alpha / (m - j) if stopped is None else stopped
-        if stopped is None and p[i] > level:
+        if stopped is None and not p[i] <= level:
             stopped = level
         levels[i] = level
     return levels
@@ -163,14 +181,44 @@ def zero_width(ci: Interval) -> bool:
     return ci.n >= 2 and not math.isnan(ci.low) and ci.low == ci.high
 
 
+SIGN_FLIP_MAX = 16  # seeds up to which the sign-flip p is enumerated exactly (2^16 sign patterns)
+
+
+def sign_flip_p(a: list[float], b: list[float]) -> float:
+    """The exact two-sided sign-flip (randomisation) p of the paired differences d_s = a_s - b_s: the share of
+    the 2^n patterns of signs under which |mean d| is at least the observed one (Fisher 1935; exact whenever
+    each d_s is symmetric about 0 under no difference, whatever its shape). Its floor is 2 / 2^n (0.25 at 3
+    seeds): no n-seed result goes below it. NaN below 2 pairs or above SIGN_FLIP_MAX."""
+    ds = np.array([x - y for x, y in zip(a, b, strict=True) if not (math.isnan(x) or math.isnan(y))])
+    n = len(ds)
+    if n < 2 or n > SIGN_FLIP_MAX:
+        return math.nan
+    signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1)  # [2^n, n] every pattern of +-1
+    flipped = np.abs(signs @ ds)
+    return float((flipped >= abs(ds.sum()) * (1 - 1e-12)).mean())
+
+
+def sign_flip_floor(n: int) -> float:
+    """The smallest p the sign-flip test can give with n pairs: 2 / 2^n."""
+    return 2.0 / 2**n
+
+
+IQM_MIN = 5  # below 5 seeds the interquartile mean trims nothing the mean keeps (at 3 seeds it is the mean)
+
+
 def iqm(values: list[float]) -> float:
-    """Interquartile mean (rliable): the mean of the middle 50% of the values (scipy's trim_mean)."""
+    """Interquartile mean (rliable): the mean of the middle 50% of the values (scipy's trim_mean); NaN below
+    IQM_MIN values, where trimming a quarter from each end removes no whole value."""
     xs = _clean(values)
-    return float(sps.trim_mean(xs, 0.25)) if xs else math.nan
+    return float(sps.trim_mean(xs, 0.25)) if len(xs) >= IQM_MIN else math.nan
 
 
-def prob_improvement(a: list[float], b: list[float]) -> float:
-    """P(a > b) + P(a = b) / 2 over every pair of seeds (rliable's probability of improvement)."""
+def prob_improvement(a: list[float], b: list[float], paired: bool = False) -> float:
+    """P(a > b) + P(a = b) / 2: over every pair of seeds (rliable's probability of improvement), or, `paired`,
+    over the pairs of one seed (a[s] against b[s]: the comparison the design makes)."""
+    if paired:
+        ds = [x - y for x, y in zip(a, b, strict=True) if not (math.isnan(x) or math.isnan(y))]
+        return float(np.mean([(d > 0) + (d == 0) / 2 for d in ds])) if ds else math.nan
     xs, ys = np.asarray(_clean(a)), np.asarray(_clean(b))
     if not len(xs) or not len(ys):
         return math.nan

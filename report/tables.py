@@ -33,6 +33,7 @@ from gspo.report.stats import (
     mean_ci,
     paired_ci,
     prob_improvement,
+    sign_flip_p,
 )
 
 SCORE, MECHANISM, COST = "score", "mechanism", "cost"
@@ -153,10 +154,17 @@ def arm_table(arms: list[Arm], h: Headline, valid: tuple[float | None, float | N
     valid = valid if valid is not None else h.info.valid
     rows = []
     for arm in arms:
-        ci = clip_to(mean_ci(arm_values(arm, h)), valid)
+        ci = informative(clip_to(mean_ci(arm_values(arm, h)), valid))
         rows.append({"arm": arm.label, "mean": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "n": ci.n,
                      "how": ci.how if ci.n >= 2 else "-", "IQM": iqm(arm_values(arm, h))})
     return pd.DataFrame(rows)
+
+
+def informative(ci: Interval) -> Interval:
+    """No bounds (NaN) where the interval was cut at both ends of the range: "95% CI 0 to 1" says nothing."""
+    if not ci.uninformative:
+        return ci
+    return Interval(ci.mean, math.nan, math.nan, ci.n, "covers the range")
 
 
 def arm_values(arm: Arm, h: Headline) -> list[float]:
@@ -164,6 +172,7 @@ def arm_values(arm: Arm, h: Headline) -> list[float]:
 
 
 PAIRED, WELCH = "paired t", "Welch"
+PRIMARY, EXPLORATORY = "primary", "exploratory"
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,20 @@ class Difference:
     effect: float = math.nan  # the smallest effect of interest (scores; NaN: none)
     values: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # (arm, base) per run, in pair order if paired
     adjusted_by: str = "Holm"  # what set `alpha`: Holm, or a group-sequential design's last look
+    role: str = ""  # PRIMARY (the page's one confirmatory score), EXPLORATORY (another score) or "" (not a score)
+    setting: str = ""  # the shared setting the difference holds at, in words ("at train.lr=0.0001"); empty: none
+
+    @property
+    def flip_p(self) -> float:
+        """The exact sign-flip p of the per-seed differences (paired only; NaN otherwise or above 16 seeds)."""
+        return sign_flip_p(*self.values) if self.method == PAIRED else math.nan
+
+    @property
+    def seeds_point(self) -> int | None:
+        """Seeds per arm for the effect of interest at the sd as measured (`seeds` plans at its upper bound)."""
+        if math.isnan(self.effect):
+            return None
+        return seeds_for(self.effect, self.ci, self.method == PAIRED, self.alpha, upper=None)
 
     @property
     def ratio(self) -> float:
@@ -197,7 +220,19 @@ class Difference:
 
     @property
     def resolved(self) -> bool:
-        return excludes_zero(self.adjusted)
+        """The adjusted interval excludes zero, from a test (seeds that tied are none); after rounds of seeds
+        (a group-sequential design) the exact sign-flip p must be within the level too, as at the looks."""
+        gate = self.adjusted_by == "Holm" or math.isnan(self.flip_p) or self.flip_p <= self.alpha * (1 + 1e-9)
+        return self.ci.tested and excludes_zero(self.adjusted) and gate
+
+    @property
+    def simultaneous(self) -> Interval:
+        """The interval drawn as the forest plot's whisker: Bonferroni's alpha / m (all m intervals of the metric
+        cover their true values at once with 95%: Holm's per-comparison levels do not, 0.91-0.93 measured in
+        issue 45), or the group-sequential repeated interval; the 95% one for a single comparison."""
+        if self.adjusted_by != "Holm":
+            return self.adjusted
+        return self.ci.at(1 - (1 - LEVEL) / self.m) if self.m > 1 else self.ci
 
     @property
     def mde(self) -> float:
@@ -233,8 +268,9 @@ def difference(h: Headline, arm: Arm, base: Arm, effect: float = math.nan) -> Di
         ci, welch = clip_to(ci, (lo - hi, hi - lo)), clip_to(welch, (lo - hi, hi - lo))
     effect = effect if h.info.kind == SCORE else math.nan
     seeds = seeds_for(effect, ci, method == PAIRED) if not math.isnan(effect) else None
-    return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds, prob_improvement(a, b), method,
-                      pairing.why, welch, effect=effect, values=(tuple(a), tuple(b)))
+    return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds,
+                      prob_improvement(a, b, paired=method == PAIRED), method, pairing.why, welch, effect=effect,
+                      values=(tuple(a), tuple(b)))
 
 
 def adjust(diffs: list[Difference]) -> list[Difference]:
@@ -263,7 +299,9 @@ def diff_table(diffs: list[Difference]) -> pd.DataFrame:
                      "Welch low": d.welch.low if d.welch else None, "Welch high": d.welch.high if d.welch else None,
                      "MDE (80% power)": d.mde, "TOST low": tost.low if d.tost[0] is not d.ci else None,
                      "TOST high": tost.high if d.tost[0] is not d.ci else None,
-                     f"seeds for {fmt_effect(d.effect)}": d.seeds, "P(better)": d.p_better})
+                     f"seeds for {fmt_effect(d.effect)} (sd's 80% bound)": d.seeds,
+                     "p (t)": d.ci.p, "sign-flip p": d.flip_p,
+                     "P(better)" + (" by seed" if d.method == PAIRED else ""): d.p_better})
     return pd.DataFrame(rows)
 
 

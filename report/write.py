@@ -13,13 +13,12 @@ Everything is checked before anything is written: a bad path, no runs, or runs t
 (another task setting, model, cold start or length: report/comparable.py) stop the report with one error
 and leave the output folder untouched. Runs still going or stopped early are read at their common step
 (comparable.py, said in the verdict's first line); per-step times of runs under a high load are left out
-(load.py); where a run collapsed the verdict tests the collapse counts (collapse.py, Fisher's exact test).
+(load.py); where a run collapsed the verdict tests the collapse counts (collapse.py, Boschloo's exact test).
 """
 
 from __future__ import annotations
 
 import errno
-import math
 import platform
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,15 +42,17 @@ from gspo.report.arms import (
 )
 from gspo.report.comparable import at_common_step, seeds_used
 from gspo.report.inactive import never_acted
+from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
 from gspo.report.noise import bootstrap_table, noise_text, split_table, which_objective
-from gspo.report.page import Block, fmt, to_html, to_markdown
+from gspo.report.page import Block, to_html, to_markdown
 from gspo.report.plots import forest, key_grid, sensitivity, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
-from gspo.report.stats import mean_ci, zero_width
+from gspo.report.stats import mean_ci
 from gspo.report.tables import (
+    EXPLORATORY,
     MECHANISM,
-    PAIRED,
+    PRIMARY,
     SCORE,
     Difference,
     Headline,
@@ -87,12 +88,13 @@ class Report:
 
 def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False,
                  smooth: int = 5, effect: float = VerdictConfig.effect, rounds: list[str] = (),
-                 sequential: dict[str, float] | None = None) -> Report:
+                 sequential: dict[str, float] | None = None, primary: str | None = None) -> Report:
     """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
     bar over the plots, the long part; `smooth`: the moving-average window of the training reward in the
     key curves (0 or 1: none); `effect`: the smallest effect of interest of a score; `rounds`: lines on the
     rounds of a sequential compare (verdict.until=resolved), shown under the verdict; `sequential`: metric ->
-    the nominal level of its comparisons at the design's last look (their intervals are read at it)."""
+    the nominal level of its comparisons at the design's last look (their intervals are read at it); `primary`:
+    the page's one confirmatory score (verdict.metric; None: held-out accuracy)."""
     runs, notes = load_runs(paths)
     check_comparable(runs)
     runs, common = at_common_step(runs)
@@ -103,28 +105,31 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     keys = label_keys(runs)
     _make_out(out_dir)
     compared = pairs(arms)
-    diffs = {h.metric: adjust([difference(h, a, b, effect) for a, b in compared]) for h in heads}
+    first = primary_head(heads, primary)
+    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs) for a, b in compared]) for h in heads}
     for metric, level in (sequential or {}).items():
         diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
                          for d in diffs.get(metric, [])]
-    chosen = _verdict_heads(heads, compared)
+    chosen = _verdict_heads(heads, compared, first)
     common += [f"Runs used per arm: {seeds_used(arms)}."] if common else []
+    many = len(compared) > VERDICT_REDUCE
     # an arm whose mask, filter or correction never acted is its baseline: said before any verdict on it
-    verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen for d in diffs[h.metric]])
-    verdict += also_resolved(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
-    front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect)),
+    verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
+    verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
+    verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
+    front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect, first)),
                           Block("list", items=tuple(verdict), id="verdict")]
     front_files = []
-    if forest([d for h in chosen for d in diffs[h.metric]], out_dir / "forest.png"):
+    if forest([d for h in chosen[: 1 if many else None] for d in diffs[h.metric]], out_dir / "forest.png"):
         front.append(Block("img", "forest plot: each difference to the baseline with its 95% interval",
                            image=out_dir / "forest.png", id="forest"))
         front_files.append(out_dir / "forest.png")
-    if len(arms) > 2 and heads and heads[0].info.kind == SCORE:
+    if len(arms) > 2 and first is not None:
         front += [Block("h2", "Which objective"),
-                  Block("p", f"{heads[0].title}: each arm's mean with its 95% interval across seeds, best first, and "
-                             "its clipped-token share (mean over steps); 'tie' where the difference to the baseline "
-                             "is not resolved (at Holm's level)."),
-                  Block("table", table=which_objective(arms, heads[0], diffs[heads[0].metric], M.CLIP_TOKEN_FRAC),
+                  Block("p", f"{first.title}: each arm's mean with its 95% interval across seeds, best first, and "
+                             "its clipped-token share (mean over steps); 'no claim' where the difference to the "
+                             "baseline is not resolved (at Holm's level)."),
+                  Block("table", table=which_objective(arms, first, diffs[first.metric], M.CLIP_TOKEN_FRAC),
                         id="which")]
     if key_grid(arms, task, out_dir / "key_curves.png", smooth):
         front += [Block("h2", "Key curves"), Block("img", "key curves by step", image=out_dir / "key_curves.png",
@@ -171,7 +176,7 @@ def _title(runs: list[Run], arms: list[Arm], task: str) -> str:
     return f"gspo report: {names} on {task} ({model})"
 
 
-def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float) -> str:
+def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float, first: Headline | None) -> str:
     seeds = sorted({len(a.runs) for a in arms})
     n = "-".join(map(str, seeds))
     steps = sorted({r.config.get("train.steps") for r in runs}, key=str)
@@ -179,104 +184,59 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
     return (f"{len(runs)} runs: {len(arms)} arms x {n} seed(s), {', '.join(map(str, steps))} steps"
             + (f"; {note}" if note else "") + ". Differences are each arm minus its baseline (the first arm "
             "of its group): arms that share their seeds are compared seed by seed (paired t on the per-seed "
-            "differences), others by Welch's interval; each line names its method. Resolved = the interval "
-            "excludes zero (with several comparisons of a metric, the interval at Holm's level). Not resolved: TOST, the "
+            "differences, with the exact sign-flip p beside it at small n), others by Welch's interval; each line "
+            "names its method. "
+            + (f"The primary score is {first.info.label} (verdict.metric): only its comparisons are tested as "
+               "findings; other scores are exploratory (not adjusted across scores: an interval excluding zero is a "
+               "lead, not a finding) and mechanism metrics are described. " if first is not None else "")
+            + "Resolved = the primary score's interval "
+            "excludes zero (with several comparisons, the interval at Holm's level); seeds that tied are no test. "
+            "Not resolved (no claim): TOST, the "
             "interval outside which differences are ruled out at 5%, against the smallest effect of interest "
             f"(+-{effect:g}, verdict.effect); MDE, the smallest true difference these seeds resolve with 80% power; "
-            "the seeds per arm that would resolve the effect of interest.")
+            "the seeds per arm that would resolve the effect of interest with 80% power at the sd's 80% upper "
+            "confidence bound.")
 
 
-def _verdict_heads(heads: list[Headline], compared: list) -> list[Headline]:
+def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
+    """The page's one primary score: `metric` (verdict.metric), default held-out accuracy (the first score when
+    the runs have no held-out eval); a `metric` that is no score of these runs is one line."""
+    scores = [h for h in heads if h.info.kind == SCORE]
+    if metric is not None:
+        found = next((h for h in scores if h.metric == metric), None)
+        if found is None:
+            raise GspoError(f"verdict.metric={metric}: not a score these runs logged "
+                            f"({', '.join(h.metric for h in scores) or 'none'})")
+        return found
+    return next((h for h in scores if h.metric.endswith("/" + M.EVAL_ACCURACY)), scores[0] if scores else None)
+
+
+def _framed(d: Difference, first: Headline | None, runs: list[Run]) -> Difference:
+    """The difference with its role (primary, exploratory, or none for a mechanism) and the setting it holds at."""
+    role = "" if d.head.info.kind != SCORE else PRIMARY if first is not None and d.head == first else EXPLORATORY
+    return replace(d, role=role, setting=setting_words(runs, d))
+
+
+SETTING_KEYS = ("train.lr",)  # a shared setting that changes which arm is ahead (results/lr-sensitivity)
+
+
+def setting_words(runs: list[Run], d: Difference) -> str:
+    """`at train.lr=0.0001`: the setting a difference holds at, where all runs share it and no arm label says it."""
+    values = {k: {str(r.config.get(k)) for r in runs} for k in SETTING_KEYS}
+    shared = [f"{k}={next(iter(v))}" for k, v in values.items() if len(v) == 1 and "None" not in v]
+    return f"at {', '.join(shared)}" if shared else ""
+
+
+def _verdict_heads(heads: list[Headline], compared: list, first: Headline | None) -> list[Headline]:
+    """The primary score first, then the other scores and mechanism lines the verdict speaks of."""
     sections = (M.section(M.EVAL.name), M.section(M.REWARD_MEAN), M.CLIP)
     wanted = [h for h in heads if h.info.kind in (SCORE, MECHANISM) and M.section(h.metric) in sections
               and h.metric != M.CLIP_SEQ_FRAC]
-    return wanted[:1] if len(compared) > VERDICT_REDUCE else wanted
-
-
-def _signed(v: float) -> str:
-    return f"{v:+.3g}" if not math.isnan(v) else "-"
-
-
-def ratio_text(r: float) -> str:
-    """`130x`, `1,100x`, `0.0042x`: never `0x` (a zero arm has no ratio to its baseline: the caller leaves it
-    out) nor `1.1e+03x`."""
-    return f"{r:,.0f}x" if abs(r) >= 1000 else f"{r:.3g}x" if abs(r) >= 0.001 else f"1/{1 / r:,.0f}x"
-
-
-def _one_seed(d: Difference) -> str:
-    """`one seed per arm`, or the seeds each arm used when they differ (`GRPO 2 seeds, CISPO 1`)."""
-    a, b = len(d.arm.runs), len(d.base.runs)
-    return "one seed per arm" if a == b else f"{d.base.label} {b} seed(s), {d.arm.label} {a}"
-
-
-def _method(d: Difference) -> str:
-    """How the interval was made: "paired t, 3 seeds", or "Welch, unpaired: <why>"."""
-    if d.method == PAIRED:
-        return f"paired t, {d.ci.n} seeds"
-    return f"Welch, unpaired: {d.why_unpaired}, {d.ci.n} seeds" if d.why_unpaired else f"Welch, {d.ci.n} seeds"
-
-
-def _interval(d: Difference, pre: str) -> str:
-    """The interval the verdict rests on (Holm's where several comparisons share the metric), and Welch's beside a
-    paired one so the reader sees what pairing bought."""
-    ci = d.adjusted
-    level = "95% CI"
-    if d.adjusted_by != "Holm":
-        level = f"repeated {1 - d.alpha:.3g} CI of the last look"
-    elif d.m > 1:
-        level = f"Holm over {d.m}: {1 - d.alpha:.1%} CI"
-    text = f"{pre}{_method(d)}: {level} {_signed(ci.low)} to {_signed(ci.high)}"
-    if d.method == PAIRED and d.welch is not None and not math.isnan(d.welch.low):
-        w = d.welch.at(1 - d.alpha)
-        text += f"; Welch {_signed(w.low)} to {_signed(w.high)}"
-    return text
-
-
-def _unresolved(d: Difference) -> str:
-    """Not resolved: what the data rule out against the effect of interest, what these seeds could have
-    resolved (MDE), and the seeds the effect of interest needs."""
-    mde = d.mde
-    parts = [f"MDE {mde:.3g}" if math.isfinite(mde) else "no MDE at these seeds"]
-    if not math.isnan(d.effect):
-        tost, shown = d.tost
-        span = f"{_signed(tost.low)} to {_signed(tost.high)}"
-        if shown:
-            return f"equivalent within +-{d.effect:g}: the difference lies within {span} (TOST)"
-        parts.insert(0, f"within {span} (TOST), so not shown equivalent within +-{d.effect:g}")
-        parts.append(f"~{d.seeds} seeds/arm for {d.effect:g}" if d.seeds else f"no seed count resolves {d.effect:g}")
-    return "not resolved; " + "; ".join(parts)
-
-
-def verdict_line(d: Difference) -> str:
-    """One comparison in plain words: what the arm's value is against its baseline, by which method, how sure,
-    and (not resolved) the minimum detectable effect, the equivalence bound and the seeds the effect of
-    interest needs."""
-    label, ci, n = d.head.info.label, d.ci, d.ci.n
-    if d.head.info.kind == SCORE:
-        what, pre = f"{label}: {d.arm.label} - {d.base.label} = {_signed(ci.mean)}", ""
-    else:
-        ratio = f"{ratio_text(d.ratio)}; " if d.base_mean and d.arm_mean and not math.isnan(d.ratio) else ""
-        what = f"{label}: {d.arm.label} {fmt(d.arm_mean)} vs {d.base.label} {fmt(d.base_mean)}"
-        pre = f"{ratio}difference {_signed(ci.mean)}, "
-    runs = len(d.arm.runs) + len(d.base.runs)
-    missing = sum(math.isnan(v) for v in arm_values(d.arm, d.head) + arm_values(d.base, d.head))
-    left = f"; {missing} of {runs} runs have no {d.head.reduce} value and are left out" if missing else ""
-    if n == 0:
-        return f"{what} (no seed of one arm has a {d.head.reduce} value: no comparison{left})"
-    if n < 2:
-        return f"{what} ({pre}{_one_seed(d)}: no interval, no claim either way{left})"
-    if zero_width(ci) and d.method == PAIRED and ci.mean != 0:
-        return (f"{what} ({pre}paired, {n} seeds{left}): every seed gave the same difference, so the interval has zero "
-                f"width; {n} seeds agreeing is not certainty, run more seeds")
-    if zero_width(ci):
-        return (f"{what} ({pre}{n} seeds{left}): the seeds tied exactly, so the interval has zero width; a tie of "
-                f"{n} seeds is not certainty, run more seeds")
-    small = "; only 2 seeds, so the interval is wide and rests on one pair" if n == 2 else ""
-    if d.resolved:
-        side = "higher" if ci.mean > 0 else "lower"
-        tail = f"resolved ({d.arm.label} {side}" + (")" if d.head.info.kind == SCORE else ", a difference in mechanism, not a score)")
-        return f"{what} ({_interval(d, pre)}{left}): {tail}{small}"
-    return f"{what} ({_interval(d, pre)}{left}): {_unresolved(d)}{small}"
+    if first is not None:
+        wanted = [first] + [h for h in wanted if h != first]
+    if len(compared) > VERDICT_REDUCE:  # many comparisons: the other lines are one summary line per metric
+        wanted = wanted[:1] + [h for h in wanted[1:] if h.metric in (M.REWARD_MEAN, M.CLIP_TOKEN_FRAC)]
+    return wanted
 
 
 def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:
@@ -291,22 +251,9 @@ def _verdict(arms: list[Arm], diffs: list[Difference]) -> list[str]:
     return lines
 
 
-def also_resolved(heads: list[Headline], chosen: list[Headline], diffs: dict) -> list[str]:
-    """Every resolved difference of a reported metric the verdict's chosen metrics left out (a sweep with
-    many comparisons keeps the verdict to one metric; DAPO's training reward must not hide in a table), one
-    line per metric: `also resolved, training reward: DAPO - GRPO -0.031 (95% CI -0.05 to -0.012), ...`."""
-    lines = []
-    for h in (h for h in heads if h not in chosen):
-        found = [d for d in diffs[h.metric] if d.resolved]
-        if found:
-            lines.append(f"also resolved, {h.info.label} ({h.reduce}): " + "; ".join(
-                f"{d.arm.label} - {d.base.label} {_signed(d.ci.mean)} ({_interval(d, '')})" for d in found))
-    return lines
-
-
 def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path, files: list[Path],
                  compared: list) -> list[Block]:
-    """The final score against `key`, beside it the share of seeds that collapsed at each value with Fisher's
+    """The final score against `key`, beside it the share of seeds that collapsed at each value with Boschloo's
     exact test against the baseline at that value (and pooled over the values), then the greedy score."""
     blocks = [Block("h2", f"Sensitivity to {key}")]
     base_of = {id(arm): base for arm, base in compared}
@@ -320,7 +267,7 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
     table = [Block("table", table=pd.DataFrame(rows), id="collapse"),
              Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
                         "moving average or held-out accuracy fell far below its best, or entropy or length broke "
-                        "down; trainer/run/collapse.py); p: Fisher's exact test (two-sided) of the arm's collapsed share "
+                        "down; trainer/run/collapse.py); p: Boschloo's exact test (two-sided) of the arm's collapsed share "
                         "against its baseline's. " + " ".join(collapse.pooled_lines(compared)))]
     placed = False
     for h in [h for h in heads if h.info.kind == SCORE][:2]:

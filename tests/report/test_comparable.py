@@ -7,23 +7,21 @@ ETA, the cold start's rebuild line). Runs are written by hand (report_runs.py): 
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from report_runs import fake_run
 
 from gspo.conf.errors import GspoError
 from gspo.report import write_groups, write_report
-from gspo.report.collapse import Count, fisher_p, line, smallest_p
+from gspo.report.collapse import Count, boschloo_p, line, mcnemar_p, smallest_p
 from gspo.report.comparable import at_common_step, check_comparable, defining
+from gspo.report.lines import ratio_text
 from gspo.report.load import HIGH_LOAD, loaded, without_loaded_times
 from gspo.report.runs import load_run
 from gspo.report.tables import valid_range
-from gspo.report.write import ratio_text
 
 
 def _set(run: Path, key: str, value) -> Path:
@@ -112,7 +110,7 @@ def test_a_running_sweep_is_compared_at_the_common_step_and_seeds_count_the_runs
     assert rows.loc["GRPO", "mean"] == pytest.approx(at[g0][12]) and rows.loc["GRPO", "n"] == 1
     assert rows.loc["GRPO", "mean"] != pytest.approx((at[g0][20] + at[g1][0]) / 2)  # what the old report said
     assert rows.loc["GSPO", "mean"] == pytest.approx(at[s0][12])
-    diff = next(v for v in report.verdict if v.startswith("held-out accuracy: GSPO - GRPO"))
+    diff = next(v for v in report.verdict if v.startswith("held-out accuracy [primary]: GSPO - GRPO"))
     assert f"= {at[s0][12] - at[g0][12]:+.3g} " in diff
 
 
@@ -133,32 +131,47 @@ def test_each_metric_is_cut_at_the_last_step_every_run_logged_it(tmp_path):
     assert [r.last_step for r in runs] == [10, 6] and said == []
 
 
-def test_fisher_exact_test_matches_hand_computations():
-    """Hypergeometric by hand. 2/3 vs 0/3 (the stability preset): 2 collapses among 6 runs, P(k of them in
-    the first arm) = C(3,k) C(3,2-k) / C(6,2) = 3/15, 9/15, 3/15 for k = 0, 1, 2: p = 6/15 = 0.4. 3/3 vs 2/3
-    (lr 5e-4): P(k) = C(3,k) C(3,5-k) / C(6,5) = 3/6 for k = 2, 3: p = 1. Pooled lr preset 7/15 vs 5/15:
-    P(k) = C(15,k) C(15,12-k) / C(30,12); the tables no likelier than k = 7 sum to 0.7104."""
-    assert fisher_p(Count("GSPO", 2, 3), Count("GRPO", 0, 3)) == pytest.approx(6 / 15)
-    assert fisher_p(Count("GRPO", 3, 3), Count("GSPO", 2, 3)) == pytest.approx(1.0)
-    probs = [math.comb(15, k) * math.comb(15, 12 - k) / math.comb(30, 12) for k in range(13)]
-    assert fisher_p(Count("GRPO", 7, 15), Count("GSPO", 5, 15)) == pytest.approx(
-        sum(p for p in probs if p <= probs[7] * (1 + 1e-9)), abs=1e-12) == pytest.approx(0.7104, abs=1e-4)
-    assert smallest_p(3, 3) == pytest.approx(2 / 20)  # C(6,3) = 20 tables; the two extremes
+def test_boschloo_exact_test_matches_hand_computations():
+    """Boschloo's p: the largest, over the common collapse probability q, probability of the tables whose Fisher p
+    is at most the observed one. 3/3 vs 0/3: only the two extreme tables, 2 q^3 (1 - q)^3, largest at q = 1/2:
+    2/64 (Fisher's: 0.10). 2/3 vs 0/3 (Fisher p 0.4): the tables (3,0), (2,0), (3,1) and their mirrors, at
+    q = 1/2 (1 + 3 + 3) x 2 / 64 = 14/64. Fisher's conditional test cannot resolve 3/3 vs 0/3; Boschloo's can."""
+    assert smallest_p(3, 3) == pytest.approx(2 / 64, abs=1e-9) and smallest_p(2, 2) == pytest.approx(2 / 16, abs=1e-9)
+    assert boschloo_p(Count("GSPO", 2, 3), Count("GRPO", 0, 3)) == pytest.approx(14 / 64, abs=1e-6)
+    assert boschloo_p(Count("GRPO", 3, 3), Count("GRPO", 3, 3)) == 1.0  # every run collapsed: nothing to test
     assert line(Count("GSPO", 2, 3, (20, 30)), Count("GRPO", 0, 3)) == (
-        "collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 20 vs -; Fisher's exact test p = 0.4): not resolved; "
-        "with 3 and 3 runs no count can be (all against none gives p = 0.1)")
-    assert line(Count("GRPO", 10, 10), Count("GSPO", 0, 10)).endswith("resolved (GRPO collapses more often)")
+        "collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 20 vs -; Boschloo's exact test p = 0.22): not resolved")
+    assert line(Count("GSPO", 1, 2), Count("GRPO", 0, 2)).endswith(
+        "not resolved; with 2 and 2 runs no count can be (all against none gives p = 0.12)")
+    assert line(Count("GRPO", 3, 3), Count("GSPO", 0, 3)).endswith("resolved (GRPO collapses more often)")
 
 
-def test_fisher_exact_test_keeps_its_nominal_level_by_simulation():
-    """Under the null (both arms collapse with probability 0.3, 10 runs each) Fisher's test rejects at most
-    5% of the time (it is conservative); with a real difference (0.1 vs 0.8) it rejects most of the time."""
-    rng = np.random.default_rng(38)
-    def rate(pa: float, pb: float, n: int = 10, sims: int = 2000) -> float:
-        ka, kb = rng.binomial(n, pa, sims), rng.binomial(n, pb, sims)
-        return float(np.mean([fisher_p(Count("a", int(a), n), Count("b", int(b), n)) < 0.05 for a, b in zip(ka, kb, strict=True)]))
-    assert rate(0.3, 0.3) <= 0.05
-    assert rate(0.1, 0.8) >= 0.7
+def test_exact_mcnemar_where_the_runs_pair_by_seed(tmp_path):
+    def arm(algo: str, broke: set[int]) -> list:
+        return [load_run(_status(fake_run(tmp_path, algo, s), **({"collapsed": {"step": 5, "reason": "x"}}
+                                                                  if s in broke else {}))) for s in range(6)]
+
+    # the until run at 5e-4 (results/until-lr5e-4): seeds 1, 3, 5 collapsed under GRPO only
+    grpo, gspo = arm("grpo", {0, 1, 3, 4, 5}), arm("gspo", {0, 4})
+    assert mcnemar_p(grpo, gspo) == (pytest.approx(0.25), 3, 0)  # 3 discordant seeds, all one way: 2 / 2^3
+    assert mcnemar_p(grpo, gspo[:5]) is None  # not the same seeds: no pairing
+    said = line(Count("GRPO", 5, 6, (5,)), Count("GSPO", 2, 6, (5,)), paired=mcnemar_p(grpo, gspo))
+    assert "paired by seed: 3 seed(s) collapsed in GRPO only, 0 in GSPO only, exact McNemar p = 0.25" in said
+
+
+def test_boschloo_keeps_its_nominal_level_exactly_and_outpowers_fisher():
+    """6 runs per arm: every one of the 49 tables' p once, then the exact rejection rate sum P(a) P(b) [p < 0.05]
+    under two binomials. Under the null (a common collapse probability 0.2, 0.3 or 0.5) the size stays below 5%;
+    at 0.8 vs 0.2 it rejects 56% of the time (issue 45: 0.56, Fisher's 0.28)."""
+    from scipy.stats import binom
+
+    p = {(a, b): boschloo_p(Count("a", a, 6), Count("b", b, 6)) for a in range(7) for b in range(7)}
+
+    def rate(pa: float, pb: float) -> float:
+        return sum(binom.pmf(a, 6, pa) * binom.pmf(b, 6, pb) for (a, b), v in p.items() if v < 0.05)
+    size = max(rate(q, q) for q in (0.2, 0.3, 0.5))
+    assert size == pytest.approx(0.0386, abs=5e-4) and size < 0.05
+    assert rate(0.8, 0.2) == pytest.approx(0.558, abs=1e-3)
 
 
 def test_times_of_runs_under_high_load_are_left_out_and_said(tmp_path):
@@ -224,8 +237,8 @@ def _readme_stability_rows() -> list[list[str]]:
     return [[c.strip() for c in row.strip("|").split("|")] for row in table.splitlines()[2:]]
 
 
-def test_the_readme_stability_table_matches_the_committed_runs_and_fishers_test():
-    """Every count of the README's stability table with its Fisher p; the lr preset's counts recomputed from
+def test_the_readme_stability_table_matches_the_committed_runs_and_boschloos_test():
+    """Every count of the README's stability table with its Boschloo p; the lr preset's counts recomputed from
     its committed summary.csv (one row per run, collapsed_step empty where the run did not collapse)."""
     import pandas as pd
 
@@ -235,9 +248,9 @@ def test_the_readme_stability_table_matches_the_committed_runs_and_fishers_test(
     for _setting, grpo, gspo, p in (r[1:] for r in rows):
         (gk, gn), (sk, sn) = (tuple(map(int, frac.match(c).groups())) for c in (grpo, gspo))
         if p != "-":
-            assert fisher_p(Count("GRPO", gk, gn), Count("GSPO", sk, sn)) == pytest.approx(float(p.split(" ")[0]), abs=0.005)
-    assert rows[-1][4].endswith("(0.50 against both GRPO arms, 4/6)")
-    assert fisher_p(Count("GRPO", 4, 6), Count("GSPO", 3, 3)) == pytest.approx(0.5)  # (C(6,4) C(3,3) + ...) / C(9,7)
+            assert boschloo_p(Count("GRPO", gk, gn), Count("GSPO", sk, sn)) == pytest.approx(float(p.split(" ")[0]), abs=0.005)
+    assert rows[-1][4].endswith("(0.49 against both GRPO arms, 4/6)")
+    assert boschloo_p(Count("GRPO", 4, 6), Count("GSPO", 3, 3)) == pytest.approx(0.49, abs=0.005)
     summary = pd.read_csv(ROOT / "results" / "lr-sensitivity" / "summary.csv")
     summary["broke"] = summary["collapsed_step"].notna()
     counts = summary.groupby(["algo.name", "train.lr"])["broke"].agg(["sum", "count"])

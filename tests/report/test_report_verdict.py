@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from report_runs import fake_compare, fake_lr_sweep, fake_run
 
 from gspo.cli.sweep import fold_equal_arms, job_progress
@@ -45,12 +46,16 @@ def test_markdown_opens_with_the_verdict_then_the_forest_plot(compare_report):
     md = (compare_report / "report.md").read_text()
     first = md.split("\n## ")[0]  # everything before the first section heading
     assert first.startswith("# gspo report: GRPO, GSPO on arith (tiny)")
-    assert "- held-out accuracy: GSPO - GRPO = " in first and "![forest plot" in first
-    assert re.search(r"- clipped tokens: GSPO [\d.]+ vs GRPO [\d.]+ \(\d+x; difference \+[\d.]+, paired t, 3 seeds: 95% CI .*: resolved "
-                     r"\(GSPO higher, a difference in mechanism, not a score\)", first)
-    assert re.search(r"- held-out accuracy: GSPO - GRPO = [+-][\d.]+ \(paired t, 3 seeds: 95% CI [+-][\d.]+ to [+-][\d.]+; "
-                     r"Welch [+-][\d.]+ to [+-][\d.]+\): not resolved; within [+-][\d.]+ to [+-][\d.]+ \(TOST\), so not "
-                     r"shown equivalent within \+-0.02; MDE [\d.]+; ~\d+ seeds/arm for 0.02", first)
+    assert "- held-out accuracy [primary]: GSPO - GRPO = " in first and "![forest plot" in first
+    assert re.search(r"- clipped tokens \[mechanism, described\]: GSPO [\d.]+ vs GRPO [\d.]+ at train.lr=0.0001 \(\d+x; "
+                     r"difference \+[\d.]+, paired t, 3 seeds: 95% CI .*: GSPO higher \(the interval excludes zero; a "
+                     r"mechanism: described, not a score\)", first)
+    assert re.search(r"- held-out accuracy \[primary\]: GSPO - GRPO = [+-][\d.]+ at train.lr=0.0001 \(paired t, 3 seeds: 95% "
+                     r"CI [+-][\d.]+ to [+-][\d.]+, t p = [\d.]+; exact sign-flip p = [\d.]+ \(its floor at 3 seeds: "
+                     r"2/2\^3 = 0.25\); Welch [+-][\d.]+ to [+-][\d.]+\): no claim \(not resolved\); within [+-][\d.]+ to "
+                     r"[+-][\d.]+ \(TOST\), so not shown equivalent within \+-0.02; MDE [\d.]+; ~\d+ seeds/arm for 0.02 "
+                     r"\(80% power at the sd's 80% upper bound; ~\d+ at the sd measured\)", first)
+    assert "- training reward [exploratory]: GSPO - GRPO = " in first
     assert "post-hoc" not in md and "would resolve a difference this large" not in md
     assert md.index("## Key curves") < md.index("## Setup") < md.index("## Results")
     assert "<details><summary>Every other shared setting" in md
@@ -94,7 +99,7 @@ def test_seeds_for_an_effect_equals_a_hand_computation():
     a = [0.0, 1.0, 2.0]  # mean 1, sd 1
     welch = diff_ci(a, [v + 0.3 for v in a])  # pooled sd 1: se sqrt(2/3)
     for effect, expected in ((0.5, 64), (0.8, 26), (1.0, 17)):
-        assert seeds_for(effect, welch, paired=False) == expected
+        assert seeds_for(effect, welch, paired=False, upper=None) == expected
         se = math.sqrt(2 / expected)  # at n per arm, pooled sd 1
         assert power(effect, se, 2 * expected - 2) >= 0.8 > power(effect, math.sqrt(2 / (expected - 1)), 2 * expected - 4)
     assert 2 * (1.959964 + 0.841621) ** 2 / 0.25 == pytest.approx(62.8, abs=0.05)
@@ -118,22 +123,22 @@ def test_statistics_come_from_scipy_and_match_known_values():
 
 def test_small_n_and_ties_are_said_in_words(tmp_path):
     from gspo.report.arms import Arm
+    from gspo.report.lines import verdict_line
     from gspo.report.stats import Interval
     from gspo.report.tables import Difference, headlines
-    from gspo.report.write import verdict_line
 
     head = headlines("arith")[0]
     grpo, gspo = Arm("GRPO", {}, []), Arm("GSPO", {}, [])
     tie = Difference(head, gspo, grpo, Interval(0.0, 0.0, 0.0, 2), 0.29, 0.29, None, 0.5)
-    assert "the seeds tied exactly, so the interval has zero width" in verdict_line(tie)
+    assert "the seeds tied exactly, so there is no test: no claim" in verdict_line(tie)
     one = Difference(head, gspo, grpo, Interval(0.1, math.nan, math.nan, 1), 0.4, 0.3, None, 1.0)
     assert "one seed per arm: no interval" in verdict_line(one)
     # two seeds, Welch: se 0.05, df 1.9 (a made-up interval: the line reads what the Difference holds)
     two = Difference(head, gspo, grpo, Interval(0.3, -0.15, 0.74, 2, se=0.1, df=1), 0.6, 0.3, 9, 0.75,
                      why_unpaired="the arms' seeds differ (GSPO: 0,1; GRPO: 0,2)", effect=0.02)
     line = verdict_line(two)
-    assert "(Welch, unpaired: the arms' seeds differ (GSPO: 0,1; GRPO: 0,2), 2 seeds: 95% CI -0.15 to +0.74)" in line
-    assert "not resolved" in line and "~9 seeds/arm for 0.02" in line and "only 2 seeds" in line
+    assert "(Welch, unpaired: the arms' seeds differ (GSPO: 0,1; GRPO: 0,2), 2 seeds: 95% CI -0.15 to +0.74, t p = " in line
+    assert "no claim (not resolved)" in line and "~9 seeds/arm for 0.02" in line and "only 2 seeds" in line
     runs = [fake_run(tmp_path / "runs", "grpo", 0), fake_run(tmp_path / "runs", "gspo", 0)]
     report = write_report(runs, tmp_path / "out", wandb="disabled")
     assert any("one seed per arm: no interval" in v for v in report.verdict)
@@ -149,35 +154,46 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
     assert "| GSPO lr=0.0001 | 0.0001 | 3 | 0/3 | - |" in table
     # the verdict compares GSPO with GRPO at each rate, not every arm with the first
     assert [v.split(" = ")[0] for v in report.verdict[:3]] == [
-        f"held-out accuracy: GSPO lr={lr} - GRPO lr={lr}" for lr in ("0.0001", "0.0003", "0.0007")]
-    # collapse as a verdict: the count, Fisher's exact test where a run collapsed, and pooled over the rates
-    # (hand: 1/3 vs 3/3 has 4 collapses among 6 runs; P(k GSPO collapses) = C(3,k) C(3,4-k) / C(6,4) = 3/15, 9/15,
-    # 3/15 for k = 1, 2, 3, so p = 0.2 + 0.2 = 0.4; pooled 1/9 vs 3/9: (126 + 756 + 756 + 126) / 3060 = 0.576)
+        f"held-out accuracy [primary]: GSPO lr={lr} - GRPO lr={lr}" for lr in ("0.0001", "0.0003", "0.0007")]
+    # collapse as a verdict: the count, Boschloo's exact test where a run collapsed (1/3 vs 3/3 mirrors 2/3 vs 0/3:
+    # 14/64, test_comparable), McNemar's beside it where the seeds pair (2 seeds collapsed under GRPO only: 2/2^2),
+    # and pooled over the rates (a summary, unpaired: the seeds repeat across rates)
     assert report.verdict[-3:] == [
         "4 of 18 runs collapsed (dashed lines in the curves).",
-        "collapsed: GSPO lr=0.0007 1/3 vs GRPO lr=0.0007 3/3 (first at step 6 vs 6; Fisher's exact test p = 0.4): "
-        "not resolved; with 3 and 3 runs no count can be (all against none gives p = 0.1)",
+        "collapsed: GSPO lr=0.0007 1/3 vs GRPO lr=0.0007 3/3 (first at step 6 vs 6; paired by seed: 0 seed(s) collapsed "
+        "in GSPO lr=0.0007 only, 2 in GRPO lr=0.0007 only, exact McNemar p = 0.5; Boschloo's exact test p = 0.22): "
+        "not resolved",
         "collapsed, pooled over train.lr (3 values; a summary: unlike risks added): GSPO 1/9 vs GRPO 3/9 (first at "
-        "step 6 vs 6; Fisher's exact test p = 0.58): not resolved"]
+        "step 6 vs 6; Boschloo's exact test p = 0.32): not resolved"]
     assert "see the collapse table" not in md
-    # the verdict keeps to accuracy with this many comparisons, but a resolved difference of another reported
-    # metric is said too, one line per metric (GSPO clips ~0.24 of tokens against GRPO's ~0.002 at every rate)
-    also = [v for v in report.verdict if v.startswith("also resolved, ")]
-    assert len(also) == 1 and also[0].startswith("also resolved, clipped tokens (mean): GSPO lr=0.0001 - GRPO lr=0.0001 +0.2")
-    assert also[0].count(" - GRPO lr=") == 3
-    assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 | GRPO lr=0.0007 | 0.4 |" in table
-    # more than two arms: which objective, best first, intervals cut to [0, 1], unresolved differences as ties
+    # with this many comparisons the verdict gives the primary score in full, the training reward and the clipped
+    # tokens one line each (GSPO clips ~0.24 of tokens against GRPO's ~0.002 at every rate), and any other metric
+    # whose interval excludes zero in a line of its own, each in the words of its role
+    clip = [v for v in report.verdict if v.startswith("clipped tokens [mechanism, described] (mean, Holm over 3 ")]
+    assert len(clip) == 1 and ": GSPO lr=0.0001 - GRPO lr=0.0001 +0.2" in clip[0]
+    assert clip[0].count(" - GRPO lr=") == 3 and clip[0].count(", excludes 0)") == 3
+    assert any(v.startswith("training reward [exploratory] (mean, Holm over 3 within the metric; exploratory: not "
+                            "adjusted across scores, a lead, not a finding): ") for v in report.verdict)
+    assert not any(v.startswith("also resolved") for v in report.verdict)
+    assert "| GSPO lr=0.0007 | 0.0007 | 3 | 1/3 | 6 | GRPO lr=0.0007 | 0.22 |" in table
+    # more than two arms: which objective, best first, intervals cut to [0, 1], unresolved differences: no claim
     which = md.split("## Which objective")[1].split("## Key curves")[0]
     rows = [line for line in which.splitlines() if line.startswith("| G")]
     means = [float(line.split(" | ")[1]) for line in rows]
     assert len(rows) == 6 and means == sorted(means, reverse=True)
-    assert "| GRPO lr=0.0007 |" in rows[-1] and "tie with GRPO lr=0.0001" in which and "| baseline |" in which
-    assert all(0 <= float(c) <= 1 for line in rows for c in line.split(" | ")[2:4])
+    assert "| GRPO lr=0.0007 |" in rows[-1] and "no claim vs GRPO lr=0.0001" in which and "| baseline |" in which
+    assert all(0 <= float(c) <= 1 for line in rows for c in line.split(" | ")[2:4] if c != "-")
+    # an interval cut at both ends of [0, 1] says nothing and is not printed (issue 49: "95% CI 0 to 1")
+    assert any(line.split(" | ")[2:4] == ["-", "-"] for line in rows)
     summary = pd.read_csv(out / "summary.csv")
     top = summary[(summary["train.lr"] == 7e-4) & (summary["algo.name"] == "gspo")]
     assert top["baseline"].tolist() == ["GRPO lr=0.0007"] * 3
     # not resolved: how many seeds the effect of interest needs (a collapse in one GSPO seed: none that reach it)
-    assert re.search(r"(~\d+ seeds/arm for 0.02|no seed count resolves 0.02)$", report.verdict[2])
+    assert re.search(r"(~\d+ seeds/arm for 0.02 \(80% power at the sd's 80% upper bound; ~\d+ at the sd measured\)|no seed "
+                     r"count resolves 0.02)$", report.verdict[2])
+    # a collapse in one GSPO seed: the interval leaves [-1, 1], is cut there for display, keeps its test (a p), and
+    # no difference within the range is detectable
+    assert "t p = " in report.verdict[2] and "no difference within the metric's range is detectable" in report.verdict[2]
     assert set(top["eval/arith/accuracy diff method"]) == {"paired t"}
 
 
@@ -204,3 +220,74 @@ def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
     # two at once: the 3 left take two waves of a job's time
     assert job_progress(tmp_path, 1, jobs, at_once=2) == ("sweep job 2/4, ETA 0:03:20 for the 3 left (0:01:40 per job "
                                                           "over 1 done, 2 at once)")
+
+
+def _set_final(run: Path, metric: str, value: float) -> None:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[-1][metric] = value
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _finals(root: Path, values: dict[str, list[float]], metric: str = "eval/arith/accuracy") -> list[Path]:
+    runs = []
+    for algo, vs in values.items():
+        for s, v in enumerate(vs):
+            runs.append(fake_run(root, algo, s))
+            _set_final(runs[-1], metric, v)
+    return runs
+
+
+def test_a_tie_is_no_claim_and_a_cut_interval_keeps_its_test_in_the_verdict(tmp_path):
+    """Issue 45's cases on a page: every seed -1/128 (results/compare-default's greedy row) is no test (no MDE,
+    no seed count, the sign-flip floor beside it); (0.92, 0.55, 0.95) vs (0.02, 0.05, 0.03) keeps its t p
+    (0.030) and says the exact sign-flip test cannot confirm it at 3 seeds."""
+    tie = write_report(_finals(tmp_path / "tie", {"grpo": [0.5, 0.625, 0.75], "gspo": [0.5 - 1 / 128, 0.625 - 1 / 128,
+                                                                                       0.75 - 1 / 128]}),
+                       tmp_path / "o1", wandb="disabled").verdict[0]
+    assert tie.startswith("held-out accuracy [primary]: GSPO - GRPO = -0.00781 at train.lr=0.0001 (paired, 3 seeds; exact "
+                          "sign-flip p = 0.25 (its floor at 3 seeds: 2/2^3 = 0.25)): every seed gave the same difference, "
+                          "so the t has no spread to test: no claim")
+    assert "MDE" not in tie and "seeds/arm" not in tie
+    cut = write_report(_finals(tmp_path / "cut", {"grpo": [0.02, 0.05, 0.03], "gspo": [0.92, 0.55, 0.95]}),
+                       tmp_path / "o2", wandb="disabled").verdict[0]
+    assert "95% CI +0.185 to +1, t p = 0.03;" in cut
+    assert cut.endswith("resolved (GSPO higher; by the t alone: the exact sign-flip test cannot go below 0.25 at 3 "
+                        "seeds, so this rests on the t's normal shape)")
+
+
+def test_other_scores_are_exploratory_and_a_dynamic_sampling_reward_is_flagged(tmp_path):
+    """One primary score: the training reward's interval excluding zero is a lead, not 'resolved'; verdict.metric
+    names another primary; an arm with dynamic sampling has its reward flagged as not like for like."""
+    from gspo.conf.errors import GspoError
+
+    runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in range(3)]
+    for run in runs[3:]:  # GSPO's training reward 0.3 higher at every step of every seed
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        rows = [r | ({"reward/mean": r["reward/mean"] + 0.3} if "reward/mean" in r else {}) for r in rows]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(runs, tmp_path / "o", wandb="disabled")
+    reward = next(v for v in report.verdict if v.startswith("training reward [exploratory]: GSPO - GRPO = +0.3"))
+    assert reward.endswith("the interval excludes zero (GSPO higher); exploratory: not the primary score, and not "
+                           "adjusted across the page's scores, so a lead for a compare with this as its primary, not "
+                           "a finding")
+    as_primary = write_report(runs, tmp_path / "o2", wandb="disabled", primary="reward/mean").verdict
+    assert as_primary[0].startswith("training reward [primary]: ") and any(
+        v.startswith("held-out accuracy [exploratory]") for v in as_primary)
+    with pytest.raises(GspoError, match="verdict.metric=clip/token_frac: not a score these runs logged"):
+        write_report(runs, tmp_path / "o3", wandb="disabled", primary="clip/token_frac")
+    for run in runs[3:]:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["rollout"]["dynamic_sampling"] = True
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    flagged = write_report(runs, tmp_path / "o4", wandb="disabled").verdict
+    assert any("not like for like: GSPO samples dynamically, so its training reward is over the groups it kept" in v
+               for v in flagged if v.startswith("training reward"))
+
+
+def test_iqm_from_five_seeds_and_p_better_by_seed():
+    from gspo.report.stats import iqm, prob_improvement
+
+    assert math.isnan(iqm([1, 2, 3, 4])) and iqm([1, 2, 3, 4, 100]) == pytest.approx(3.0)  # trims 1 and 100
+    # by seed: a = (1, 2, 3), b = (0, 3, 3): 1 higher, 1 lower, 1 tied -> 0.5; over every pair it is 4.5 / 9
+    assert prob_improvement([1, 2, 3], [0, 3, 3], paired=True) == 0.5
+    assert prob_improvement([1, 2, 3], [0, 3, 3]) == pytest.approx(4 / 9)

@@ -4,12 +4,15 @@ spending claims it at the first), and the page's words on the rounds and the rep
 
 from __future__ import annotations
 
+import pytest
 from report_runs import fake_run
 
 from gspo.cli.compare import plan_rounds
 from gspo.conf.schema import VerdictConfig
 from gspo.report import write_report
 from gspo.report.rounds import STOP_SETTLED, look, round_lines
+from gspo.report.sequential import decide
+from gspo.report.stats import Interval, clip_to, paired_ci, sign_flip_p
 
 
 def test_rounds_add_seeds_up_to_the_budget():
@@ -18,23 +21,58 @@ def test_rounds_add_seeds_up_to_the_budget():
 
 
 def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):
+    """A clear difference (every seed's GSPO above its GRPO): at 3 seeds no look can claim it (the sign-flip floor
+    2/2^3 = 0.25 is above any level); at 6 of 12 seeds O'Brien-Fleming's level (0.0057) is below 2/2^6 = 0.031,
+    so it carries its alpha on, while Pocock's (0.0315) reaches it and resolves."""
     runs = {s: [fake_run(tmp_path / "runs", "grpo", s, level=0.5), fake_run(tmp_path / "runs", "gspo", s, level=0.9)]
             for s in range(6)}
     first = [p for s in range(3) for p in runs[s]]
     every = [p for s in range(6) for p in runs[s]]
     one = look(first, None, 0.02, [3], 12, "obrien_fleming", final=False)
-    assert one.level < 1e-4 and not one.settled  # O'Brien-Fleming spends almost nothing at t = 1/4
-    assert look(first, None, 0.02, [3], 12, "pocock", final=False).settled
-    two = look(every, None, 0.02, [3, 6], 12, "obrien_fleming", final=False)
+    assert one.level == 0.0 and not one.settled
+    assert look(first, None, 0.02, [3], 12, "pocock", final=False).level == 0.0
+    assert not look(every, None, 0.02, [3, 6], 12, "obrien_fleming", final=False).settled
+    two = look(every, None, 0.02, [3, 6], 12, "pocock", final=False)
+    assert two.level == pytest.approx(0.0315, abs=5e-4) and two.diffs[0].flip_p == pytest.approx(2 / 64)
     assert two.settled and two.decisions[0].resolved and two.decisions[0].interval.low > 0
-    lines = round_lines([one, two], STOP_SETTLED, 12, "obrien_fleming", 0.02)
+    lines = round_lines([one, two], STOP_SETTLED, 12, "pocock", 0.02)
     assert lines[0].startswith("Seeds were added in rounds until the answer was known: 2 round(s), 6 seeds per arm "
                                "(at most 12); stopped because every comparison was resolved or shown equivalent within "
-                               "+-0.02. Group-sequential design: O'Brien-Fleming-type alpha spending (Lan & DeMets 1983)")
-    assert lines[1].startswith("Round 1 (3 seeds per arm): level 8.9e-05 per comparison; GSPO - GRPO ")
+                               "+-0.02. Group-sequential design: Pocock-type alpha spending (Lan & DeMets 1983)")
+    assert lines[1].startswith("Round 1 (3 seeds per arm): no claim possible at this look (its level is below the "
+                               "sign-flip floor 2/2^3); GSPO - GRPO no claim yet")
+    assert lines[2].startswith("Round 2 (6 seeds per arm): level 0.031 per comparison; GSPO - GRPO +")
     report = write_report(every, tmp_path / "out", wandb="disabled", rounds=lines,
                           sequential={"eval/arith/accuracy": two.level})
     head = report.verdict[0]
-    assert head.startswith("held-out accuracy: GSPO - GRPO = +") and "paired t, 6 seeds: repeated 0.99" in head
+    assert head.startswith("held-out accuracy [primary]: GSPO - GRPO = +")
+    assert "paired t, 6 seeds: group-sequential repeated 0.969 CI of the last look" in head
     assert f"{two.decisions[0].interval.low:+.3g} to" in head and head.endswith("resolved (GSPO higher)")
     assert lines[0] in report.verdict
+
+
+def test_a_tie_and_a_clipped_interval_are_no_claim_at_a_look():
+    """Issue 45's cases at the first look of 3 -> 6 -> 9 (level 0.0007 with the z boundaries): every seed +0.1
+    (se 0) is no test, not "equivalent"; per-seed accuracies (0.92, 0.55, 0.95) vs (0.02, 0.05, 0.03) keep
+    their se when cut to [-1, 1], so the look's repeated interval is -4.39 to +5.94 (cut: the whole range), not
+    the 95% one."""
+    tie = paired_ci([0.5, 0.6, 0.7], [0.4, 0.5, 0.6])
+    d = decide(tie, 0.0007, 0.2)
+    assert not d.resolved and not d.equivalent
+    cut = clip_to(paired_ci([0.92, 0.55, 0.95], [0.02, 0.05, 0.03]), (-1.0, 1.0))
+    assert cut.how == "clipped" and cut.se == pytest.approx(0.136789, abs=1e-6) and cut.p == pytest.approx(0.0299, abs=1e-4)
+    wide = Interval(cut.mean, 0, 0, 3, se=cut.se, df=2).at(1 - 0.0007)
+    assert (wide.low, wide.high) == (pytest.approx(-4.39, abs=0.01), pytest.approx(5.94, abs=0.01))
+    d = decide(cut, 0.0007, 0.02, sign_flip_p([0.92, 0.55, 0.95], [0.02, 0.05, 0.03]))
+    assert not d.resolved and (d.interval.low, d.interval.high) == (-1.0, 1.0) and d.interval.uninformative
+
+
+def test_a_last_look_below_the_sign_flip_floor_claims_nothing_in_words(tmp_path):
+    """Rounds cut short at 3 seeds (verdict.max_minutes): the last look spends all of alpha, but 0.05 is below
+    2/2^3, so its level is 0 and the page says no claim was possible, not an interval of -inf to +inf."""
+    runs = [fake_run(tmp_path / "runs", a, s, level=lvl) for a, lvl in (("grpo", 0.5), ("gspo", 0.9)) for s in range(3)]
+    last = look(runs, None, 0.02, [3], 12, "obrien_fleming", final=True)
+    assert last.level == 0.0 and not last.settled
+    head = write_report(runs, tmp_path / "out", wandb="disabled", sequential={"eval/arith/accuracy": last.level}).verdict[0]
+    assert "no claim possible at the last look (its group-sequential level is below the sign-flip floor 2/2^3)" in head
+    assert "no claim (not resolved)" in head and "inf" not in head and "None" not in head

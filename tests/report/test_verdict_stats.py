@@ -12,10 +12,10 @@ import pytest
 from report_runs import fake_run
 
 from gspo.report.heldout import Outcomes, decompose, final_outcomes, paired_bootstrap
-from gspo.report.power import equivalence, mde, power, seeds_for
+from gspo.report.power import equivalence, mde, power, sd_upper, seeds_for
 from gspo.report.runs import load_run
-from gspo.report.sequential import boundaries, decide, nominal, spent
-from gspo.report.stats import Interval, holm, paired_ci
+from gspo.report.sequential import boundaries, decide, nominal, spent, t_levels
+from gspo.report.stats import Interval, clip_to, holm, paired_ci, sign_flip_floor, sign_flip_p
 
 T2 = 4.302653  # t(0.975, 2)
 
@@ -36,7 +36,12 @@ def test_holm_levels_by_hand():
     # m = 4: 0.01 <= 0.05/4 rejected; 0.03 > 0.05/3 stops; it and all after are held to 0.05/3
     assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.0125, 0.05 / 3, 0.05 / 3, 0.05 / 3])
     assert holm([0.001, 0.02]) == pytest.approx([0.025, 0.05])  # both rejected: 0.05/2, then 0.05/1
-    assert holm([math.nan, 0.01]) == pytest.approx([0.05, 0.05])  # no test: not counted in m
+    # no test (one seed, or seeds that tied): counted in m and never rejected, so it cannot loosen the others
+    assert holm([math.nan, 0.01]) == pytest.approx([0.05, 0.025])
+    tie = paired_ci([0.5, 0.6, 0.7], [0.4, 0.5, 0.6])  # every seed +0.1: se 0, no test
+    assert not tie.tested and math.isnan(tie.p) and math.isnan(mde(tie)) and seeds_for(0.02, tie, True) is None
+    levels = holm([tie.p, 0.001, 0.2, 0.3, 0.4, 0.5])
+    assert levels[1] == pytest.approx(0.05 / 6) and levels[0] == pytest.approx(0.05 / 5)  # 0.0083, not 0.01
 
 
 def test_minimum_detectable_effect_and_seeds_for_an_effect_match_the_tables():
@@ -47,9 +52,9 @@ def test_minimum_detectable_effect_and_seeds_for_an_effect_match_the_tables():
     assert power(mde(small), 0.01, 2) == pytest.approx(0.8, abs=1e-6) and mde(small) > mde(big) * 2
     # one-sample (paired) t, d = 0.5: 34 pairs (G*Power); two samples, d = 0.5: 64 per arm (Cohen 1988, 2.4.1)
     paired = Interval(0.0, -1, 1, 3, se=1 / math.sqrt(3), df=2)  # sd of a pair's difference 1
-    assert seeds_for(0.5, paired, paired=True) == 34
+    assert seeds_for(0.5, paired, paired=True, upper=None) == 34
     welch = Interval(0.0, -1, 1, 3, se=math.sqrt(2 / 3), df=4)  # pooled sd 1, 3 per arm
-    assert seeds_for(0.5, welch, paired=False) == 64 and seeds_for(1.0, welch, paired=False) == 17
+    assert seeds_for(0.5, welch, paired=False, upper=None) == 64 and seeds_for(1.0, welch, False, upper=None) == 17
     assert seeds_for(0.0, paired, paired=True) is None and math.isnan(mde(Interval(0.1, math.nan, math.nan, 1)))
 
 
@@ -120,3 +125,57 @@ def test_pairing_is_checked_from_the_records_and_falls_back_to_welch_in_words(tm
     grpo, gspo = group_arms([load_run(p) for p in paths[:5]])  # GSPO seed 2 missing
     d = difference(head, gspo, grpo, 0.02)
     assert d.method == WELCH and d.why_unpaired == "the arms' seeds differ (GSPO: 0,1; GRPO: 0,1,2)"
+
+
+def test_exact_sign_flip_p_by_hand():
+    # d = 1, 1, 3: of the 8 sign patterns only all + and all - reach |sum| 5: 2/8, the floor at 3 seeds
+    assert sign_flip_p([1.0, 2.0, 4.0], [0.0, 1.0, 1.0]) == pytest.approx(0.25) == sign_flip_floor(3)
+    # d = 1, -1, 2, 3 (sum 5): |s1 + s2 + 2 s3 + 3 s4| >= 5 for all +, and for one of the two 1s flipped: 3 of 16,
+    # and their mirrors: 6/16
+    assert sign_flip_p([1.0, 0.0, 2.0, 3.0], [0.0, 1.0, 0.0, 0.0]) == pytest.approx(6 / 16)
+    assert sign_flip_p([0.5, 0.6, 0.7], [0.4, 0.5, 0.6]) == pytest.approx(0.25)  # a tie has an exact p: the floor
+
+
+def test_a_cut_interval_keeps_its_test_and_a_tie_has_none():
+    """(0.92, 0.55, 0.95) vs (0.02, 0.05, 0.03): d = 0.90, 0.50, 0.92, mean 0.7733, sd 0.2369, se 0.13679 on 2 df;
+    the 95% interval 0.7733 +- 4.3027 x 0.13679 = 0.185 to 1.362 is cut to 1 for display, and keeps se, df and
+    its p (t = 5.653 on 2 df: (1 - t / sqrt(t^2 + 2)) = 0.0299), so Holm counts it and a sequential look reads it."""
+    cut = clip_to(paired_ci([0.92, 0.55, 0.95], [0.02, 0.05, 0.03]), (-1.0, 1.0))
+    t = 0.7733333 / 0.1367886
+    assert (cut.low, cut.high, cut.how) == (pytest.approx(0.7733333 - T2 * 0.1367886, abs=1e-5), 1.0, "clipped")
+    assert cut.p == pytest.approx(1 - t / math.sqrt(t * t + 2), abs=1e-6) and cut.tested
+    assert cut.at(0.99).high == 1.0 and cut.at(0.99).low == pytest.approx(0.7733333 - 9.9248 * 0.1367886, abs=1e-3)
+    assert cut.at(1 - 0.0007).uninformative and not cut.uninformative
+    tie = paired_ci([0.5, 0.6, 0.7], [0.4, 0.5, 0.6])
+    tost, shown = equivalence(tie, 0.2)
+    assert not shown and not tie.tested  # a zero-width interval inside +-0.2 is not equivalence
+
+
+def test_seeds_are_planned_at_the_sds_upper_confidence_bound():
+    # df 2: chi2(0.2, 2) = -2 ln(0.8) = 0.446287 (the chi-square of 2 df is exponential), so the 80% upper bound of
+    # the sd is s sqrt(2 / 0.446287) = 2.1169 s; planning at it equals planning at that sd as if known
+    paired = Interval(0.0, -1, 1, 3, se=1 / math.sqrt(3), df=2)  # the sd of a pair's difference: 1
+    assert sd_upper(paired) == pytest.approx(math.sqrt(2 / (-2 * math.log(0.8))), abs=1e-6)
+    wider = Interval(0.0, -1, 1, 3, se=sd_upper(paired) / math.sqrt(3), df=2)
+    assert seeds_for(0.5, paired, paired=True) == seeds_for(0.5, wider, paired=True, upper=None) > 34 * 4
+
+
+def test_t_calibrated_levels():
+    """The first look is exact (T_1 is t on n_1 - 1 df: its level is the spent alpha itself); a look whose level
+    is below the sign-flip floor 2/2^n spends nothing and carries its budget; the last look of a design spends
+    what is left, and the same looks give the same levels (a fixed seed)."""
+    pocock = t_levels([3, 6, 9, 12], 12, kind="pocock", final=True)
+    assert pocock[0] == 0.0 and pocock[1] > sign_flip_floor(6) and pocock == t_levels([3, 6, 9, 12], 12, kind="pocock",
+                                                                                          final=True)
+    assert t_levels([9], 12, kind="pocock") == pytest.approx([spent(0.75, kind="pocock")])  # exact at one look
+    assert t_levels([3, 6, 9], 9, final=True)[:2] == [0.0, 0.0]  # O'Brien-Fleming: nothing claimable before 9
+    assert t_levels([3, 6, 9], 9, final=True)[2] == pytest.approx(0.05, abs=0.002)  # the whole alpha at 9
+
+
+def test_a_look_resolves_only_where_the_sign_flip_p_is_within_its_level():
+    """t = 50 on 5 df is far past any level, but 6 differences with one of the other sign have a sign-flip p of
+    at least 4/64 = 0.0625: at a look of level 0.02 that is no claim; with every sign alike (2/64) it resolves."""
+    ci = Interval(0.5, 0, 0, 6, se=0.01, df=5)
+    assert decide(ci, 0.02, 0.02).resolved  # without the gate (an unpaired comparison has none)
+    assert not decide(ci, 0.02, 0.02, flip_p=4 / 64).resolved
+    assert decide(ci, 0.04, 0.02, flip_p=2 / 64).resolved
