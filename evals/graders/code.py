@@ -32,6 +32,7 @@ from itertools import zip_longest
 from typing import Literal
 
 from gspo.conf.errors import GspoError
+from gspo.evals.graders.screen import screen_for_checker
 from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, RunResult, Sandbox
 
@@ -138,8 +139,6 @@ def tokens_match(output: str, expected: str) -> bool:
 
 _ASCII_TOKEN = re.compile(r"[^ \t\r\n]+")
 _UNICODE_TOKEN = re.compile(r"\S+")  # str.split()'s whitespace: re's \s is Py_UNICODE_ISSPACE too
-# a token a checker may read as NaN or an infinity (float() and Decimal both parse these, any case)
-_NON_FINITE = re.compile(r"(?<!\S)[+-]?(?:s?nan\d*|inf(?:inity)?)(?!\S)", re.IGNORECASE)
 
 
 def _stripped_lines(text: str) -> Iterator[str]:
@@ -173,9 +172,10 @@ def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None,
     run as `checker.py input.txt correct_output.txt solution_output.txt`; it must say yes explicitly: exit 0
     with a first stdout token of 1/ok/yes/true (any case) or a finite score >= 1. It rejects by exiting 1
     or 2, or exiting 0 with 0/no/false/wrong/wa or a score below 1; anything else (silence, a crash, another
-    exit code, an unparsable reply) is checker_error, never accepted. Output with a token naming a
-    non-finite number (nan, inf, infinity, snan, any case or sign) is a wrong answer without running the
-    checker: a tolerance checker that rejects "error > eps" would pass NaN.
+    exit code, an unparsable reply) is checker_error, never accepted. Output a checker could be fooled by
+    is a wrong answer without running it (graders.screen): a token that float() or Decimal reads as NaN or
+    an infinity, split as JSON and CSV are ("1e309", "[NaN, NaN]", "nan,nan"), an empty output, or, for a
+    real-valued answer, a token count other than the expected answer's.
     """
     _check_tests(tests, fn_name)
     if not code or not code.strip():
@@ -247,8 +247,8 @@ def _compare(sandbox: Sandbox, raw: RunResult, result: TestResult, test: dict, *
              compare: str, checker: str | None) -> TestResult:
     expected = test["output"]
     if checker is not None:
-        if bad := _NON_FINITE.search(raw.stdout):  # "nan" passes a checker that rejects "error > eps"
-            result.verdict, result.message = "wrong_answer", f"non-finite number {bad.group()[:20]!r} in the output"
+        if refused := screen_for_checker(raw.stdout, expected):  # by value: "1e309", "[NaN, NaN]", empty
+            result.verdict, result.message = "wrong_answer", refused
         else:
             result.verdict, result.message = _run_checker(sandbox, checker, test["input"], expected, raw.stdout)
         return result
