@@ -171,9 +171,12 @@ def _shim_main() -> None:
     import sys
 
     cfg = json.loads(sys.argv[1])
-    if cfg["cgroup"]:
-        with open(cfg["cgroup"], "w") as f:
-            f.write(str(os.getpid()))
+    if cfg["cgroup"]:  # the grader put us in it already; it may have moved us on and removed it since
+        try:
+            with open(cfg["cgroup"], "w") as f:
+                f.write(str(os.getpid()))
+        except FileNotFoundError:
+            pass
     if cfg["expose"]:
         libc = ctypes.CDLL(None, use_errno=True)
 

@@ -117,7 +117,9 @@ class Runner:
         self._choice = choice
         self._watch_uids = watch_uids
         self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
-        self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: all the sandbox's memory
+        self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: the job's (fresh for each)
+        self._old_cgroups: list[MemoryCgroup] = []  # earlier jobs' (emptied), removed as soon as the kernel lets
+        self._jobs = 0
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -162,14 +164,24 @@ class Runner:
         return RunResult(**result, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"))
 
     def _limit_memory(self, job: Job) -> int:
-        """Set the cgroup's limit for `job`: what the idle sandbox holds, then twice memory_mb (each process
-        keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's files and a
-        margin for the job server; the OOM kills so far."""
+        """Move the sandbox into a fresh memory cgroup whose limit is `job`'s own budget: twice memory_mb
+        (each process keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's
+        files and a margin for the job server's pages. Nothing earlier jobs left charged counts or raises it
+        (issue 46: usage + budget grew 160 -> 556 MiB over four tests). The OOM kills so far (none)."""
         if self.cgroup is None:
             return 0
+        self._jobs += 1
+        fresh = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}-{self._jobs}")
+        if fresh is None:
+            raise OSError("cannot make the job's memory cgroup")
         files = sum(len(text.encode()) for text in job.files.values())
-        self.cgroup.limit(self.cgroup.usage() + 2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
-        return self.cgroup.oom_kills()
+        self._old_cgroups.append(self.cgroup)
+        self.cgroup = fresh  # (before the move: close() removes both should it fail)
+        fresh.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
+        for old in self._old_cgroups:  # any not yet removed too: the shim may join its first one late
+            fresh.adopt(old)
+        self._old_cgroups = [cg for cg in self._old_cgroups if not cg.remove(wait=False)]
+        return fresh.oom_kills()
 
     def close(self) -> None:
         """Kill the runner and everything it started; remove the working dir and the cgroup."""
@@ -184,9 +196,9 @@ class Runner:
         if self._workdir is not None:
             _remove_tree(self._workdir)
             self._workdir = None
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
+        for cgroup in [*self._old_cgroups, *([self.cgroup] if self.cgroup else [])]:
+            cgroup.remove()
+        self.cgroup, self._old_cgroups = None, []
 
     def _start(self, prelude: str) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
@@ -207,6 +219,8 @@ class Runner:
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, start_new_session=True, bufsize=0)
+        if self.cgroup is not None:  # in it before the first job moves the sandbox on (the shim joins too)
+            self.cgroup.join(self._proc.pid)
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
