@@ -92,6 +92,7 @@ class RunResult:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
+    server_cpu_s: float = 0.0  # what the job server spent reading the program's output: charged to no one
     stdout: str = ""
     stderr: str = ""
     limit: str | None = None

@@ -60,6 +60,42 @@ def test_cpu_of_unwaited_workers_is_charged(backend):
     assert result.limit == "cpu" and result.cpu_s > 0.5, result
 
 
+_CHATTY = """import os, time
+kids = []
+for _ in range(10):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            os.write(2, b".")
+            time.sleep(0.0002)
+    kids.append(pid)
+time.sleep(1.5)
+for pid in kids:
+    os.kill(pid, 9)
+print("done")
+"""
+
+
+def test_a_program_that_trickles_output_costs_the_grader_little(backend):
+    """Ten children write a byte to stderr every ~200 us: the job server read /proc for every descendant's CPU
+    on every pass of its read loop, 1.5x the CPU limit charged to no one (issue 46). Now CPU is polled on a
+    clock and byte-sized reads gather: the job server's own CPU stays a small fraction of the limit."""
+    with Sandbox() as sb:
+        result = sb.run(Job(code=_CHATTY, cpu_s=2.0))
+    assert (result.stdout, result.limit) == ("done\n", None), result
+    assert 0 < result.server_cpu_s < 0.2, result.server_cpu_s  # 10% of the limit; 0.08 s measured, ~1.2 before
+
+
+def test_stderr_is_read_up_to_the_output_limit(backend):
+    """stderr was read without end (its last 64 KiB kept): a program writing it flat out cost the job server
+    about the CPU it cost the program. Now past output_bytes in all it is output_limit, as stdout."""
+    code = "import os\nfor _ in range(40):\n    os.write(2, b'x' * (1 << 20))\nprint('done')"
+    with Sandbox() as sb:
+        over, under = (sb.run(Job(code=code.replace("40", n), cpu_s=5)) for n in ("40", "3"))
+    assert (over.limit, over.stdout) == ("output", ""), over
+    assert (under.limit, under.stdout, len(under.stderr)) == (None, "done\n", 1 << 16), under
+
+
 # Workers forked in pairs, each burning 0.05 s of CPU and writing what it burnt to a pipe, after the program
 # asked the kernel to reap them itself (SIGCHLD to SIG_IGN, or SA_NOCLDWAIT): reaped so, their CPU would reach
 # no RUSAGE_CHILDREN. The program waits for each pair either way and reports the CPU they burnt on stderr.
