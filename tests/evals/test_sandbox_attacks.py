@@ -444,19 +444,22 @@ def test_a_root_grader_that_cannot_drop_its_uid_refuses(backend):
 
 # --- 8. Output bytes do not multiply in the grader, whatever their shape ----------------------------------
 
-# One grader process, ru_maxrss (a peak) read after each stage, the stages in the order of what they may
+# One grader process, VmHWM (its peak RSS; not ru_maxrss, which keeps the peak of the pytest process it was
+# forked from across exec, so that every stage read 0 MiB: issue 46) read after each stage, the stages in the order of what they may
 # hold: 4 MiB shaped for each comparison (before streaming, 2M tokens parsed as Decimal grew the grader by
 # ~257 MiB, str.split of 1.4M tokens and json.loads of [{},{},...] by ~106 MiB each; issue 36 measured
 # +1,029, +424 and +424 MiB at 16 MiB); then 16 MiB of \x01, the largest output allowed, compared (JSON
 # escaping would make each byte six) and then handed to a checker as a file (base64 in the job: JSON
 # escaping there grew the grader by 224 MiB).
 _OUTPUT = """
-import json, resource
+import json
 from gspo.evals.graders.code import run_code
 def grown():
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    return (peak() - before) / 1024
+def peak():
+    return int(next(line for line in open("/proc/self/status") if line.startswith("VmHWM")).split()[1])
 run_code("print(1)", [{"input": "", "output": "1"}], timeout_s=2, memory_mb=128)  # warm: probe, imports
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak()
 shapes = [("print(' '.join(['1'] * 2_000_000))", {"compare": "lines"}, "2"),
           ("print('ab ' * 1_400_000)", {"compare": "tokens"}, "ab"),
           ("import os\\nos.write(1, b'[' + b'{},' * 1_400_000 + b'{}]')\\nos._exit(0)\\ndef f():\\n    pass", {"fn_name": "f"}, "[]")]
@@ -466,6 +469,11 @@ seen["shaped_mb"] = grown()
 code = "import os\\nos.write(1, b'\\\\x01' * ((16 << 20) - 1))\\nos.write(1, b'\\\\n')"
 seen["control"] = run_code(code, [{"input": "", "output": "1"}], timeout_s=5, memory_mb=128).verdict
 seen["control_mb"] = grown()
+# issue 46: one astral character makes CPython store the text at 4 bytes a character (64 MiB), and a leading
+# space, a trailing one and one huge first token made copies of it (+156 MiB): now only the text itself
+astral = "import os\\nos.write(1, b' ' + b'1' * ((16 << 20) - 8) + '\\\\U0001F600'.encode() + b' \\\\n')"
+seen["astral"] = run_code(astral, [{"input": "", "output": "2"}], timeout_s=5, memory_mb=128).verdict
+seen["astral_mb"] = grown()
 seen["checker"] = run_code(code, [{"input": "", "output": "1"}], timeout_s=5, memory_mb=128, checker="print(0)").verdict
 seen["checker_mb"] = grown()
 print(json.dumps(seen))
@@ -477,6 +485,7 @@ def test_output_does_not_grow_the_grader_whatever_its_shape(backend):
     assert seen["shaped"] == ["wrong_answer", "wrong_answer", "output_limit"] and seen["shaped_mb"] < 40, seen
     assert seen["control"] == "wrong_answer" and seen["control_mb"] < 64, seen
     assert seen["checker"] == "wrong_answer" and seen["checker_mb"] < 150, seen
+    assert seen["astral"] == "wrong_answer" and seen["astral_mb"] < 120, seen  # 96 MiB measured, 144 before
 
 
 # --- 9. What a program leaves behind cannot sabotage the next job -----------------------------------------
