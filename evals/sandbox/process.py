@@ -148,7 +148,8 @@ class Runner:
         del files
         try:
             ooms = self._limit_memory(job)
-            _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)) + payload)
+            _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)))
+            _write_all(self._proc.stdin.fileno(), payload)  # (not concatenated: a checker's job holds 21 MiB)
             deadline = time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S
             fd = self._proc.stdout.fileno()
             meta, out, err = (_read_frame(fd, deadline, cap) for cap in (_META_BYTES, job.output_bytes, _STDERR_BYTES))
