@@ -223,8 +223,9 @@ class Runner:
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, start_new_session=True, bufsize=0)
-        if self.cgroup is not None:  # in it before the first job moves the sandbox on (the shim joins too)
+        if self.cgroup is not None:  # the shim starts nothing before this byte: nothing escapes the cgroup
             self.cgroup.join(self._proc.pid)
+            _write_all(self._proc.stdin.fileno(), b"g")
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
