@@ -32,6 +32,7 @@ from itertools import zip_longest
 from typing import Literal
 
 from gspo.conf.errors import GspoError
+from gspo.evals.graders.screen import screen_for_checker
 from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, RunResult, Sandbox
 
@@ -99,25 +100,30 @@ def extract_code(response: str) -> str | None:
 
 def lcb_output_matches(output: str, expected: str) -> bool:
     """LiveCodeBench's stdin comparison: stripped lines, exact or as equal Decimal token lists. Streamed: one
-    line and one token at a time, stopped at the first difference, so no output makes a list of its lines,
-    tokens or numbers in the grader (the same verdict as comparing the lists).
+    line and one token at a time, stopped at the first difference, on spans of `output` (no copy of it, its
+    lines or its tokens but a token parsed as a number), so no output shape grows the grader beyond the
+    text itself. One departure: a token over _TOKEN_SLACK + 4 x the expected token's length is unequal
+    (LiveCodeBench would equal "1" to "1" followed by 16 MiB of "0" after a point).
 
     >>> lcb_output_matches("1.50 2\\n", "1.5 2")
     True
     >>> lcb_output_matches("1 2", "1\\n2")
     False
     """
-    return all(a is not None and b is not None and _line_matches(a, b)
-               for a, b in zip_longest(_stripped_lines(output), _stripped_lines(expected)))
+    return all(a is not None and b is not None and _line_matches(output, a, expected[b[0]:b[1]])
+               for a, b in zip_longest(_line_spans(output), _line_spans(expected)))
 
 
-def _line_matches(got: str, want: str) -> bool:
-    """Equal text, or tokens (split as str.split does) that are pairwise equal finite decimals; NaN, sNaN
-    and Infinity compare as text only (comparing an sNaN raises decimal.InvalidOperation, and a grader must
-    not be crashed by output)."""
-    if got == want:
+def _line_matches(text: str, span: tuple[int, int], want: str) -> bool:
+    """text[span] is `want`, or its tokens (split as str.split does) are pairwise equal finite decimals;
+    NaN, sNaN and Infinity compare as text only (comparing an sNaN raises decimal.InvalidOperation, and a
+    grader must not be crashed by output)."""
+    lo, hi = span
+    if _is_at(text, lo, hi, want):
         return True
-    for a, b in zip_longest(_UNICODE_TOKEN.finditer(got), _UNICODE_TOKEN.finditer(want)):
+    for a, b in zip_longest(_UNICODE_TOKEN.finditer(text, lo, hi), _UNICODE_TOKEN.finditer(want)):
+        if a is None or b is None or a.end() - a.start() > _TOKEN_SLACK + 4 * len(b.group()):
+            return False
         x, y = _decimal(a), _decimal(b)
         if x is None or y is None or x != y:
             return False
@@ -127,28 +133,50 @@ def _line_matches(got: str, want: str) -> bool:
 def tokens_match(output: str, expected: str) -> bool:
     """Whitespace-token comparison (testlib's default checker): line breaks and spacing are free, and
     whitespace is testlib's (space, tab, CR, LF): a no-break or ideographic space is part of a token.
-    Streamed and stopped at the first difference, as lcb_output_matches.
+    Streamed and stopped at the first difference, on spans of `output`, as lcb_output_matches.
 
     >>> tokens_match("1\\n 2 ", "1 2"), tokens_match("1\\u00a02", "1 2")
     (True, False)
     """
-    return all(a is not None and b is not None and a.group() == b.group()
+    return all(a is not None and b is not None and _is_at(output, a.start(), a.end(), b.group())
                for a, b in zip_longest(_ASCII_TOKEN.finditer(output), _ASCII_TOKEN.finditer(expected)))
 
 
 _ASCII_TOKEN = re.compile(r"[^ \t\r\n]+")
 _UNICODE_TOKEN = re.compile(r"\S+")  # str.split()'s whitespace: re's \s is Py_UNICODE_ISSPACE too
-# a token a checker may read as NaN or an infinity (float() and Decimal both parse these, any case)
-_NON_FINITE = re.compile(r"(?<!\S)[+-]?(?:s?nan\d*|inf(?:inity)?)(?!\S)", re.IGNORECASE)
+_TOKEN_SLACK = 4096  # characters a token may exceed 4 x the expected token by and still be parsed
 
 
-def _stripped_lines(text: str) -> Iterator[str]:
-    """text.strip().split("\\n"), each line stripped, one line at a time."""
-    text, start = text.strip(), 0
-    while (end := text.find("\n", start)) >= 0:
-        yield text[start:end].strip()
-        start = end + 1
-    yield text[start:].strip()
+def _is_at(text: str, lo: int, hi: int, want: str) -> bool:
+    """text[lo:hi] == want, without the slice."""
+    return hi - lo == len(want) and text.startswith(want, lo)
+
+
+def _line_spans(text: str) -> Iterator[tuple[int, int]]:
+    """The spans of text.strip().split("\\n"), each line stripped, one line at a time, without copying."""
+    lo, hi = _stripped(text, 0, len(text))
+    while (end := text.find("\n", lo, hi)) >= 0:
+        yield _stripped(text, lo, end)
+        lo = end + 1
+    yield _stripped(text, lo, hi)
+
+
+def _stripped(text: str, lo: int, hi: int) -> tuple[int, int]:
+    """The span of text[lo:hi].strip(): the last whitespace sought 64 KiB at a time (a copy of at most that)."""
+    first = _NON_SPACE.search(text, lo, hi)
+    if first is None:
+        return lo, lo
+    lo = first.start()
+    while hi > lo:
+        start = max(lo, hi - (1 << 16))
+        kept = len(text[start:hi].rstrip())
+        if kept:
+            return lo, start + kept
+        hi = start
+    return lo, hi
+
+
+_NON_SPACE = re.compile(r"\S")
 
 
 def _decimal(token: re.Match | None) -> decimal.Decimal | None:
@@ -173,9 +201,10 @@ def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None,
     run as `checker.py input.txt correct_output.txt solution_output.txt`; it must say yes explicitly: exit 0
     with a first stdout token of 1/ok/yes/true (any case) or a finite score >= 1. It rejects by exiting 1
     or 2, or exiting 0 with 0/no/false/wrong/wa or a score below 1; anything else (silence, a crash, another
-    exit code, an unparsable reply) is checker_error, never accepted. Output with a token naming a
-    non-finite number (nan, inf, infinity, snan, any case or sign) is a wrong answer without running the
-    checker: a tolerance checker that rejects "error > eps" would pass NaN.
+    exit code, an unparsable reply) is checker_error, never accepted. Output a checker could be fooled by
+    is a wrong answer without running it (graders.screen): a token that float() or Decimal reads as NaN or
+    an infinity, split as JSON and CSV are ("1e309", "[NaN, NaN]", "nan,nan"), an empty output, or, for a
+    real-valued answer, a token count other than the expected answer's.
     """
     _check_tests(tests, fn_name)
     if not code or not code.strip():
@@ -247,8 +276,8 @@ def _compare(sandbox: Sandbox, raw: RunResult, result: TestResult, test: dict, *
              compare: str, checker: str | None) -> TestResult:
     expected = test["output"]
     if checker is not None:
-        if bad := _NON_FINITE.search(raw.stdout):  # "nan" passes a checker that rejects "error > eps"
-            result.verdict, result.message = "wrong_answer", f"non-finite number {bad.group()[:20]!r} in the output"
+        if refused := screen_for_checker(raw.stdout, expected):  # by value: "1e309", "[NaN, NaN]", empty
+            result.verdict, result.message = "wrong_answer", refused
         else:
             result.verdict, result.message = _run_checker(sandbox, checker, test["input"], expected, raw.stdout)
         return result

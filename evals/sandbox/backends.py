@@ -163,17 +163,17 @@ def sandbox_env(workdir: str, session: str) -> dict[str, str]:
 
 
 def _shim_main() -> None:
-    """Root only, before the backend: join the sandbox's memory cgroup (before anything starts, so nothing
-    escapes it), expose the Python prefix to the sandbox uid, drop to it, exec."""
+    """Root only, before the backend: wait until the grader has moved us into the sandbox's memory cgroup
+    (before anything starts, so nothing escapes it), expose the Python prefix to the sandbox uid, drop to it, exec."""
     import ctypes
     import json
     import os
     import sys
 
     cfg = json.loads(sys.argv[1])
-    if cfg["cgroup"]:
-        with open(cfg["cgroup"], "w") as f:
-            f.write(str(os.getpid()))
+    if cfg["cgroup"]:  # wait until the grader has put us in the sandbox's memory cgroup: one byte on stdin
+        if os.read(0, 1) != b"g":  # (joining it ourselves raced with the grader moving us on and removing it)
+            sys.exit("no go from the grader")
     if cfg["expose"]:
         libc = ctypes.CDLL(None, use_errno=True)
 

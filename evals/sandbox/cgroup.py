@@ -4,13 +4,18 @@ controller, or a cgroup v2 whose memory controller is enabled for children).
 RLIMIT_AS binds one process; a program's forked workers, its files in tmpfs, its pipes and the kernel
 memory of its inodes are memory no address-space limit sees. The cgroup holds the whole sandbox (the root
 shim joins it before it starts anything, so nothing escapes by starting early), kernel memory included,
-and the grader sets its limit before each job. Where no cgroup can be made, the sandbox relies on the
-fallback: memfd_create and System V memory denied (seccomp.py), tmpfs capped in bytes and inodes, and
-nproc * memory_mb as the bound. An OOM kill inside the cgroup is the job's memory_limit.
+and each job gets a fresh one (issue 46): the grader makes it with the job's own budget as its limit and
+moves the sandbox's processes into it, so what earlier jobs left charged (a deferred tmpfs unmount, an IPC
+namespace freed late, page cache) stays with the old cgroup and neither counts against nor raises the
+next job's limit (moving a process moves none of its charges, v1 and v2 alike). Where no cgroup can be
+made, the sandbox relies on the fallback: memfd_create and System V memory (shmget, msgget, semget)
+denied (seccomp.py), tmpfs capped in bytes and inodes, and nproc * memory_mb as the bound. An OOM kill
+inside the cgroup is the job's memory_limit.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -58,6 +63,33 @@ class MemoryCgroup:
     def limit(self, n_bytes: int) -> None:
         self._write(self._files["limit"], str(n_bytes))
 
+    def limit_bytes(self) -> int:
+        text = (self.path / self._files["limit"]).read_text().strip()
+        return -1 if text == "max" else int(text)
+
+    def join(self, pid: int) -> None:
+        """Move process `pid` here (nothing when it has ended)."""
+        try:
+            self._write("cgroup.procs", str(pid))
+        except OSError as e:
+            if e.errno != errno.ESRCH:
+                raise
+
+    def adopt(self, old: MemoryCgroup) -> None:
+        """Move every process of `old` here (none is starting: the sandbox is between jobs); their charges
+        stay with `old`."""
+        for _ in range(100):
+            try:
+                pids = (old.path / "cgroup.procs").read_text().split()
+            except FileNotFoundError:
+                return
+            live = [int(pid) for pid in pids if not _ended(int(pid))]
+            if not live:  # an ended job server stays listed until the runner reaps it
+                return
+            for pid in live:
+                self.join(pid)
+        raise OSError(errno.EBUSY, f"processes keep appearing in {old.path}")
+
     def oom_kills(self) -> int:
         """Processes the kernel killed in this cgroup for its limit, so far."""
         for line in (self.path / self._files["events"]).read_text().splitlines():
@@ -66,24 +98,39 @@ class MemoryCgroup:
                 return int(value)
         return 0
 
-    def remove(self) -> None:
-        """Remove the (emptied) cgroup; its last processes may take a moment to leave it."""
-        for _ in range(2000):
+    def remove(self, wait: bool = True) -> bool:
+        """Remove the (emptied) cgroup; its last processes may take a moment to leave it (`wait`: up to 2 s,
+        else one try). Whether it is gone."""
+        for _ in range(2000 if wait else 1):
             try:
                 self.path.rmdir()
-                return
+                return True
             except FileNotFoundError:
-                return
+                return True
             except OSError as e:
                 error = e
-                time.sleep(0.001)
-        log.warning("sandbox cgroup %s left behind: %s", self.path, error)
+                if wait:
+                    time.sleep(0.001)
+        if wait:
+            log.warning("sandbox cgroup %s left behind: %s", self.path, error)
+        return False
 
     def _write(self, name: str, value: str) -> None:
         try:
             (self.path / name).write_text(value)
         except OSError as e:
-            raise OSError(e.errno, f"cgroup {self.path / name}: {e.strerror}") from None
+            raise OSError(e.errno, f"cgroup {self.path / name}: {e.strerror}") from None  # errno kept
+
+
+def _ended(pid: int) -> bool:
+    """Exiting (PF_EXITING: the kernel moves no such task; it only frees now), a zombie (not yet reaped) or
+    gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return True
+    return fields[0] in "ZX" or bool(int(fields[6]) & 0x4)  # state; flags & PF_EXITING
 
 
 def _parents() -> list[tuple[Path, dict[str, str]]]:

@@ -92,6 +92,7 @@ class RunResult:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     max_rss_mb: float = 0.0
+    server_cpu_s: float = 0.0  # what the job server spent reading the program's output: charged to no one
     stdout: str = ""
     stderr: str = ""
     limit: str | None = None
@@ -117,7 +118,9 @@ class Runner:
         self._choice = choice
         self._watch_uids = watch_uids
         self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
-        self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: all the sandbox's memory
+        self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: the job's (fresh for each)
+        self._old_cgroups: list[MemoryCgroup] = []  # earlier jobs' (emptied), removed as soon as the kernel lets
+        self._jobs = 0
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -145,7 +148,8 @@ class Runner:
         del files
         try:
             ooms = self._limit_memory(job)
-            _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)) + payload)
+            _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)))
+            _write_all(self._proc.stdin.fileno(), payload)  # (not concatenated: a checker's job holds 21 MiB)
             deadline = time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S
             fd = self._proc.stdout.fileno()
             meta, out, err = (_read_frame(fd, deadline, cap) for cap in (_META_BYTES, job.output_bytes, _STDERR_BYTES))
@@ -159,17 +163,29 @@ class Runner:
         result = json.loads(meta)
         if self.cgroup is not None and self.cgroup.oom_kills() > ooms:
             result["limit"] = "memory"  # the cause, whatever a killed worker then made the program do
-        return RunResult(**result, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"))
+        stdout = out.decode("utf-8", "replace")  # 4 bytes a character once one is astral (CPython's str)
+        del out  # the bytes go before anything compares the text
+        return RunResult(**result, stdout=stdout, stderr=err.decode("utf-8", "replace"))
 
     def _limit_memory(self, job: Job) -> int:
-        """Set the cgroup's limit for `job`: what the idle sandbox holds, then twice memory_mb (each process
-        keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's files and a
-        margin for the job server; the OOM kills so far."""
+        """Move the sandbox into a fresh memory cgroup whose limit is `job`'s own budget: twice memory_mb
+        (each process keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's
+        files and a margin for the job server's pages. Nothing earlier jobs left charged counts or raises it
+        (issue 46: usage + budget grew 160 -> 556 MiB over four tests). The OOM kills so far (none)."""
         if self.cgroup is None:
             return 0
+        self._jobs += 1
+        fresh = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}-{self._jobs}")
+        if fresh is None:
+            raise OSError("cannot make the job's memory cgroup")
         files = sum(len(text.encode()) for text in job.files.values())
-        self.cgroup.limit(self.cgroup.usage() + 2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
-        return self.cgroup.oom_kills()
+        self._old_cgroups.append(self.cgroup)
+        self.cgroup = fresh  # (before the move: close() removes both should it fail)
+        fresh.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
+        for old in self._old_cgroups:  # any not yet removed too: the shim may join its first one late
+            fresh.adopt(old)
+        self._old_cgroups = [cg for cg in self._old_cgroups if not cg.remove(wait=False)]
+        return fresh.oom_kills()
 
     def close(self) -> None:
         """Kill the runner and everything it started; remove the working dir and the cgroup."""
@@ -184,9 +200,9 @@ class Runner:
         if self._workdir is not None:
             _remove_tree(self._workdir)
             self._workdir = None
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
+        for cgroup in [*self._old_cgroups, *([self.cgroup] if self.cgroup else [])]:
+            cgroup.remove()
+        self.cgroup, self._old_cgroups = None, []
 
     def _start(self, prelude: str) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
@@ -207,6 +223,9 @@ class Runner:
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, start_new_session=True, bufsize=0)
+        if self.cgroup is not None:  # the shim starts nothing before this byte: nothing escapes the cgroup
+            self.cgroup.join(self._proc.pid)
+            _write_all(self._proc.stdin.fileno(), b"g")
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -222,7 +241,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _read_frame(fd: int, deadline: float, cap: int) -> bytes:
+def _read_frame(fd: int, deadline: float, cap: int) -> bytearray:
     """One length-prefixed frame; a length past `cap` is refused before anything is read into memory."""
     size = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))[0]
     if size > cap:
@@ -230,17 +249,20 @@ def _read_frame(fd: int, deadline: float, cap: int) -> bytes:
     return _read_exact(fd, size, deadline)
 
 
-def _read_exact(fd: int, n: int, deadline: float) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
+def _read_exact(fd: int, n: int, deadline: float) -> bytearray:
+    """n bytes, read into one buffer of that size (no growth, no copy: a 16 MiB output is held once)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
             raise _SandboxDied("no reply in time")
-        chunk = os.read(fd, min(n - len(buf), 1 << 20))
-        if not chunk:
+        k = os.readv(fd, [view[got:got + (1 << 20)]])
+        if not k:
             raise _SandboxDied("runner closed its output")
-        buf += chunk
-    return bytes(buf)
+        got += k
+    view.release()
+    return buf
 
 
 def _remove_tree(top: str) -> None:

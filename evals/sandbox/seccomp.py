@@ -4,8 +4,16 @@ Built on the grader's side with libseccomp (the `pyseccomp` binding to Debian's 
 as a classic BPF program; the runner loads it into each job's child with prctl(PR_SET_SECCOMP) just
 before the program runs (the runner itself still needs memfd_create and keyctl). Denied with EPERM:
   keyrings          keyctl, add_key, request_key (the keyring outlives the sandbox and is shared)
-  memory no limit   memfd_create, memfd_secret, shmget, msgget (memory outside RLIMIT_AS and tmpfs sizes)
+  memory no limit   memfd_create, memfd_secret, shmget, msgget, semget (kernel memory outside RLIMIT_AS
+                    and tmpfs sizes: 512 MiB of semaphores held at memory_mb=64 without a cgroup, issue 46),
+                    io_setup (also a machine-wide quota, fs.aio-max-nr, the host's own io_setup then fails)
   kernel surface    io_uring_*, userfaultfd, bpf, perf_event_open, ptrace, process_vm_readv/writev
+  host channels     inotify_init(1), fanotify_init (events on the host's shared files carry bytes between
+                    sandboxes and spend the uid's inotify instances), flock (locks on the shared read-only
+                    files do too), fadvise64 (DONTNEED empties the host's page cache of a shared file),
+                    mincore and cachestat (read which pages of a shared file are cached: the page-cache
+                    channel, read precisely); socket() of any family but AF_UNIX, AF_INET and AF_INET6
+                    (AF_VSOCK ports are not per network namespace; netlink, packet, ... no program needs)
   mounts, ns        mount family, pivot_root, chroot, unshare, setns, clone with any CLONE_NEW* flag
   host              kexec, modules, reboot, swap, acct, quotactl, file handles
   autoreaping       rt_sigaction(SIGCHLD, act) with any new action: SIG_IGN or SA_NOCLDWAIT would make the
@@ -33,7 +41,10 @@ DENIED = ("keyctl", "add_key", "request_key", "memfd_create", "memfd_secret", "s
           "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "chroot",
           "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare",
           "setns", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
-          "swapon", "swapoff", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at")
+          "swapon", "swapoff", "acct", "quotactl", "open_by_handle_at", "name_to_handle_at", "semget", "io_setup",
+          "inotify_init", "inotify_init1", "fanotify_init", "flock", "fadvise64", "mincore")
+OPTIONAL = ("cachestat",)  # Linux 6.5: denied where this libseccomp knows the name
+SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6: socket() of any other domain is EPERM
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 CLONE_NEW = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x00000080)
 SIGCHLD = 17  # x86_64 and aarch64 alike
@@ -49,6 +60,15 @@ def seccomp_program() -> bytes | str:
         filt = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         for name in DENIED:
             filt.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+        for name in OPTIONAL:
+            try:
+                filt.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+            except (RuntimeError, ValueError, OSError):
+                pass  # a libseccomp older than the call: its kernel (likely) has no such call either
+        # the kernel reads the domain as an int: below 32 bits, each refused value; above, any (fail closed)
+        for domain in sorted(set(range(max(SOCKET_FAMILIES))) - set(SOCKET_FAMILIES)):
+            filt.add_rule(pyseccomp.ERRNO(errno.EPERM), "socket", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, 0xFFFFFFFF, domain))
+        filt.add_rule(pyseccomp.ERRNO(errno.EPERM), "socket", pyseccomp.Arg(0, pyseccomp.GT, max(SOCKET_FAMILIES)))
         for flag in CLONE_NEW:
             filt.add_rule(pyseccomp.ERRNO(errno.EPERM), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
         filt.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")

@@ -1,0 +1,132 @@
+"""Benchmark (CPU, root): the rows of issue 46 that need a number, each with the figure its defence changes.
+
+  chatty    ten children write one byte to stderr every ~200 us for 1.5 s; the CPU the whole sandbox
+            burnt (a cpuacct cgroup around this grader process) minus the program's charged CPU and the
+            grader's own: what the job server spent reading, charged to no one, against the 2 s limit
+  limits    the memory cgroup's limit for four consecutive jobs that each leave 48 MiB of /tmp (memory_mb=64),
+            then 8 workers of 50 MiB
+  semget    512 MiB of System V semaphores at memory_mb=64 (kernel memory no RLIMIT_AS sees)
+  astral    the grader's peak RSS growth (fresh process) grading 16 MiB of output: one huge first token, one
+            astral character, a leading and a trailing space (CPython stores the text at 4 bytes a char)
+
+    python perf/grader_attacks46.py                          # the default backend, every row
+    GSPO_SANDBOX_BACKEND=unshare python perf/grader_attacks46.py --only chatty,limits
+
+One JSON line per row. Run an older tree's code with PYTHONPATH pointing at a folder whose gspo links to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+from gspo.evals.graders.code import run_code
+from gspo.evals.sandbox import Job, Sandbox, sandbox_backend
+
+CHATTY = """import os, sys, time
+kids = []
+for _ in range(10):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            os.write(2, b".")
+            time.sleep(0.0002)
+    kids.append(pid)
+time.sleep(1.5)
+for pid in kids:
+    os.kill(pid, 9)
+print("done")
+"""
+FILL = "for i in range(6):\n    open(f'/tmp/f{i}', 'wb').write(b'x' * (8 << 20))\nprint('ok')"
+WORKERS = ("import os, time\nr, w = os.pipe()\nfor _ in range(8):\n    if os.fork() == 0:\n"
+           "        held = b'x' * (50 << 20)\n        os.write(w, b'x')\n        time.sleep(1)\n        os._exit(0)\n"
+           "os.close(w)\nprint('HELD', 50 * len(b''.join(iter(lambda: os.read(r, 1), b''))))")
+SEMGET = """import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+held = 0
+for _ in range(4096):
+    if libc.syscall(64, 0, 32000, 0o1600) < 0:  # semget(IPC_PRIVATE, 32000 semaphores): ~1 MiB of kernel memory
+        print("refused", errno.errorcode[ctypes.get_errno()], "after", held, "MiB")
+        break
+    held += 1
+    if held >= 512:
+        break
+if held >= 512:
+    print("HELD", held, "MiB")
+"""
+ASTRAL = "import os\nos.write(1, b' ' + b'1' * ((16 << 20) - 8) + '\\U0001F600'.encode() + b' \\n')"
+_CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+def chatty() -> dict:
+    group = _CPUACCT / f"gspo-perf-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+        run_code("print(1)", [{"input": "", "output": "1"}], timeout_s=2, memory_mb=128)  # warm: probe, imports
+        usage0, own0 = int((group / "cpuacct.usage").read_text()), resource.getrusage(resource.RUSAGE_SELF)
+        with Sandbox() as sb:
+            raw = sb.run(Job(code=CHATTY, cpu_s=2.0))
+        usage1, own1 = int((group / "cpuacct.usage").read_text()), resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        (_CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+        group.rmdir()
+    own = own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime
+    total = (usage1 - usage0) / 1e9
+    return {"attack": "chatty_stderr", "limit_s": 2.0, "limit": raw.limit, "stdout": raw.stdout.strip(),
+            "charged_cpu_s": round(raw.cpu_s, 3), "sandbox_cpu_s": round(total - own, 3),
+            "uncharged_cpu_s": round(total - own - raw.cpu_s, 3), "wall_s": round(raw.wall_s, 2),
+            "server_cpu_s": round(getattr(raw, "server_cpu_s", -1), 3)}
+
+
+def limits() -> dict:
+    seen = []
+    with Sandbox() as sb:
+        for _ in range(4):
+            sb.run(Job(code=FILL, memory_mb=64))
+            if sb.cgroup is None:
+                return {"attack": "cgroup_limits", "cgroup": None}
+            path = sb.cgroup.path
+            seen.append(int((path / "memory.limit_in_bytes").read_text()) >> 20)
+        last = sb.run(Job(code=WORKERS, memory_mb=64, cpu_s=5))
+    return {"attack": "cgroup_limits", "limits_mib": seen, "workers_8x50": last.limit or last.stdout.strip()}
+
+
+def semget() -> dict:
+    r = run_code(SEMGET, [{"input": "", "output": "HELD 512 MiB"}], timeout_s=5, memory_mb=64)
+    return {"attack": "semget", "verdict": r.verdict, "output": r.tests[0].stdout.strip()}
+
+
+def astral() -> dict:
+    """In this (fresh) process."""
+    run_code("print(1)", [{"input": "", "output": "1"}], timeout_s=5, memory_mb=256)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = run_code(ASTRAL, [{"input": "", "output": "2"}], timeout_s=10, memory_mb=256)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    return {"attack": "memory_astral_token", "verdict": r.verdict, "rss_growth_mib": round(grown / 1024, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="chatty,limits,semget,astral")
+    parser.add_argument("--fresh", help=argparse.SUPPRESS)  # one row, in a child process
+    args = parser.parse_args()
+    rows = {"chatty": chatty, "limits": limits, "semget": semget, "astral": astral}
+    if args.fresh:
+        print(json.dumps(rows[args.fresh]()), flush=True)
+        return
+    print(json.dumps({"backend": sandbox_backend()}), flush=True)
+    for part in args.only.split(","):
+        if part == "astral":
+            subprocess.run([sys.executable, __file__, "--fresh", part], check=True, env=os.environ)
+        else:
+            print(json.dumps(rows[part]()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

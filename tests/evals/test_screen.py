@@ -1,0 +1,83 @@
+"""The screen before a checker (issue 46): values, not words. The two checker shapes below are common ones
+that a hostile output fools; each literal is first shown to fool one of them (so the test can fail), then
+refused by the screen. The sandboxed end-to-end runs are in test_sandbox_attacks.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gspo.evals.graders.screen import screen_for_checker
+
+# Tolerance against the larger of the two values (the "absolute or relative error" checker): inf <= inf.
+TOLERANCE = """import re, sys
+read = lambda p: [float(x) for x in re.split(r"[\\s,\\[\\]]+", open(p).read()) if x]
+want, got = read(sys.argv[2]), read(sys.argv[3])
+print(1 if len(got) == len(want) and all(abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b)) for a, b in zip(got, want)) else 0)
+"""
+# Reject on any error over eps, pairs from zip(): NaN is never "> eps", and zip() checks nothing it does not pair.
+ZIP = """import re, sys
+read = lambda p: [float(x) for x in re.split(r"[\\s,\\[\\]]+", open(p).read()) if x]
+want, got = read(sys.argv[2]), read(sys.argv[3])
+print(0 if any(abs(a - b) > 1e-6 * max(1.0, abs(b)) for a, b in zip(got, want)) else 1)
+"""
+WANT = "2.333333333"
+INFINITE = ["1e309", "-1e309", "9" * 400, "1e999999"]
+NAN = ["[NaN, NaN]", "nan,nan"]
+
+
+def checker_says(checker: str, output: str, expected: str, tmp_path) -> str:
+    """The checker's reply run in this process (as the sandbox runs it: argv input, answer, output)."""
+    files = [tmp_path / name for name in ("in", "ans", "out")]
+    for path, text in zip(files, ("", expected, output), strict=True):
+        path.write_text(text)
+    import contextlib
+    import io
+    import sys
+    buf, argv = io.StringIO(), sys.argv
+    sys.argv = ["checker.py", *map(str, files)]
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(checker, {"__name__": "__main__"})
+    finally:
+        sys.argv = argv
+    return buf.getvalue().strip()
+
+
+@pytest.mark.parametrize("literal", INFINITE)
+def test_infinities_to_float_are_refused(literal, tmp_path):
+    assert checker_says(TOLERANCE, literal, WANT, tmp_path) == "1"  # fooled: inf <= 1e-6 * inf
+    assert screen_for_checker(literal, WANT) == f"non-finite number {literal[:20]!r} in the output"
+
+
+@pytest.mark.parametrize("literal", NAN)
+def test_nan_split_on_punctuation_is_refused(literal, tmp_path):
+    assert checker_says(ZIP, literal, f"{WANT} {WANT}", tmp_path) == "1"  # fooled: nan > eps is false
+    refused = screen_for_checker(literal, f"{WANT} {WANT}")
+    assert refused is not None and refused.startswith("non-finite number") and "an" in refused.lower()
+
+
+@pytest.mark.parametrize("output, why", [("", "empty output"), ("  \n", "empty output"),
+                                         (WANT, "1 tokens for an answer of 2"),
+                                         (f"{WANT} 1.5 7", "more tokens for an answer of 2")])
+def test_empty_or_short_output_never_reaches_a_zip_checker(output, why, tmp_path):
+    assert checker_says(ZIP, output, f"{WANT} 1.5", tmp_path) == "1"  # fooled: zip() pairs nothing or one
+    assert screen_for_checker(output, f"{WANT} 1.5") == why
+
+
+def test_what_a_checker_must_judge_itself_passes():
+    """Finite values, words that start like inf or nan, big integers where the answer is one, and, where the
+    answer is integers or words, any count (a path or a construction of any valid length)."""
+    assert screen_for_checker("2.3333333 1.5", f"{WANT} 1.5") is None
+    assert screen_for_checker("YES infinite nancy 1e5 1.5e-300", "YES x y 1 2") is None
+    assert screen_for_checker("9" * 400, "8" * 401) is None  # a big-integer problem
+    assert screen_for_checker("1e309", "8" * 401) is not None  # still no infinity with an exponent
+    assert screen_for_checker("3\n1 5 4", "4\n1 2 3 4") is None
+    assert screen_for_checker("", "") is None
+
+
+def test_unicode_digits_underscores_and_snan_are_read_as_float_and_decimal_read_them():
+    for literal in ("\uff11e309", "1_0e3_09", "sNaN", "-Infinity", "NaN123", "+inf"):
+        assert float(literal) if not re.search("snan|nan1", literal, re.I) else True  # they do parse
+        assert screen_for_checker(literal, WANT) is not None, literal
