@@ -58,7 +58,8 @@ def differing_defining(runs: list[Run]) -> list[str]:
     """The defining keys on which the runs do not all agree, most telling first (a key some runs lack counts
     as None)."""
     keys = sorted({k for r in runs for k in r.config if defining(k)}, key=_rank)
-    return [k for k in keys if len({repr(r.config.get(k)) for r in runs}) > 1]
+    # a start not recorded (a run of an older gspo, a damaged run.json) is unknown, not different
+    return [k for k in keys if len({repr(r.config.get(k)) for r in runs if k != START_KEY or k in r.config}) > 1]
 
 
 def _value(v) -> str:
