@@ -31,6 +31,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from shlex import quote
@@ -101,15 +103,24 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
             typer.echo(f"sweep: {n} jobs at once, {_threads(n)} torch thread(s) each (on CPU cores the embedded "
                        "model's runs finish sooner side by side; hydra/launcher=basic runs them one at a time)", err=True)
     sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides, *launcher]
+    head = again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
+                                             and not a.startswith(("hydra.sweep.dir=", "resume=")))
+    resume_line = f"{head} {quote(f'hydra.sweep.dir={sweep_dir}')}"
+    watched_loky()  # before any worker starts: each watches this process from its birth
+    joblib_jobs = any("joblib" in a for a in sys.argv if a.startswith("hydra/launcher="))
     try:
-        _job()
+        with _raw_errors(joblib_jobs):
+            _job()
     except KeyboardInterrupt:
         if command == "train":
-            head = again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
-                                                     and not a.startswith(("hydra.sweep.dir=", "resume=")))
-            typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): "
-                       f"{head} {quote(f'hydra.sweep.dir={sweep_dir}')}", err=True)
+            typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): {resume_line}", err=True)
         raise
+    except Exception as e:
+        if not _worker_died(e):
+            raise
+        raise GspoError("a job's worker process was killed (a SIGKILL, as the OOM killer sends; each job of the embedded "
+                        f"model needs ~{GIB_PER_JOB} GiB), and joblib ended the other jobs with it; every run is kept: "
+                        f"resume the sweep (finished jobs skipped): {resume_line}") from None
     if command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
         return sweep_dir
@@ -284,17 +295,23 @@ def _launcher_jobs() -> int | None:
 
 
 _WATCHED, _ORPHANED = threading.Event(), threading.Event()
+PARENT_ENV = "GSPO_SWEEP_PARENT"  # the `gspo` process's pid, set before any worker starts; workers inherit it
 
 
-def _die_with_parent(every: float = 1.0, grace: float = 120.0) -> None:
-    """In a launcher's worker process (joblib's): once the `gspo` process that started it is gone (a SIGKILL
-    leaves the workers orphaned, each training on), SIGTERM to itself, which the trainer takes as an interruption:
-    the run is kept resumable, and no orphan trains on beside the sweep a user resumes. The job then exits the
-    worker (`_job`); one that has not within `grace` seconds is ended. Once per worker."""
+def _watch_parent(parent: int, every: float = 1.0, grace: float = 120.0) -> None:
+    """In a launcher's worker process (joblib's), from its birth (the loky backend's initializer, `watched_loky`)
+    or its first job: once `parent`, the `gspo` process that started it, is gone (a SIGKILL or SIGTERM leaves the
+    workers orphaned, each training on), SIGTERM to itself, which the trainer takes as an interruption: the run
+    is kept resumable, and no orphan trains on beside the sweep a user resumes; an idle worker just ends. A job
+    then exits the worker (`_job`); one that has not within `grace` seconds is ended. `parent` is taken in the
+    parent before any job starts: a worker that finds itself orphaned already (the compare killed while its
+    workers were starting) ends at once, before it takes a queued job. Polls the parent pid (not the kernel's
+    PR_SET_PDEATHSIG, which fires when the thread that forked the worker ends: loky starts some from a thread)."""
+    if os.getppid() != parent:
+        os._exit(143)
     if _WATCHED.is_set():
         return
     _WATCHED.set()
-    parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -305,6 +322,50 @@ def _die_with_parent(every: float = 1.0, grace: float = 120.0) -> None:
         os._exit(143)
 
     threading.Thread(target=watch, daemon=True, name="gspo-parent-watch").start()
+
+
+def _die_with_parent() -> None:
+    """At a job's start in a joblib worker: `_watch_parent` of the pid the sweep's parent set (PARENT_ENV) before
+    starting its workers; a worker without it (started by another program) watches the parent it has now."""
+    _watch_parent(int(os.environ.get(PARENT_ENV) or os.getppid()))
+
+
+def watched_loky() -> None:
+    """Make joblib's `loky` backend (the one Hydra's joblib launcher names) start each worker with
+    `_watch_parent` of this process, so a worker is watched from its birth, idle or not. The parent's pid is
+    also left in PARENT_ENV for the jobs."""
+    os.environ[PARENT_ENV] = str(os.getpid())
+    if not plugin_installed(PLUGINS["joblib"]):
+        return
+    import joblib
+    from joblib._parallel_backends import LokyBackend
+
+    class WatchedLoky(LokyBackend):
+        def configure(self, *args, **kwargs):
+            return super().configure(*args, initializer=_watch_parent, initargs=(os.getpid(),), **kwargs)
+
+    joblib.register_parallel_backend("loky", WatchedLoky)
+
+
+@contextmanager
+def _raw_errors(on: bool) -> Iterator[None]:
+    """`on`: Hydra passes a launcher's exception on (HYDRA_FULL_ERROR) instead of printing it as a traceback of
+    its own, so a worker's death reaches `run_sweep`, which says it in one line."""
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    if on:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if on and before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        elif on:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
+def _worker_died(e: BaseException) -> bool:
+    """Whether `e` is joblib's word that one of its workers was killed (a SIGKILL, the OOM killer)."""
+    return type(e).__name__ == "TerminatedWorkerError"
 
 
 def _orphaned() -> bool:
