@@ -56,6 +56,7 @@ from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.run.loggers import Loggers
 from gspo.trainer.run.progress import Progress
+from gspo.trainer.run.rebuild import rebuild_status
 from gspo.trainer.run.rundir import (
     ESTIMATOR_CARD,
     SET_ASIDE,
@@ -108,6 +109,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
     world = compute[2]
     if cfg.resume and world.main:
+        rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log)  # a damaged run.json, its facts kept
         check_stopped(run, cfg.train.past_stop)  # before the model loads
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
