@@ -54,7 +54,7 @@ from gspo.trainer.policy import load_policy
 from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
-from gspo.trainer.run.loggers import Loggers
+from gspo.trainer.run.loggers import Loggers, check_wandb_folder
 from gspo.trainer.run.progress import Progress
 from gspo.trainer.run.rebuild import rebuild_status
 from gspo.trainer.run.rundir import (
@@ -111,6 +111,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     if cfg.resume and world.main:
         rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log)  # a damaged run.json, its facts kept
         check_stopped(run, cfg.train.past_stop)  # before the model loads
+        check_wandb_folder(run.path, cfg.logger.wandb)
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
     sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/parallel/fsdp.py; fsdp.check has made sure there are ranks
