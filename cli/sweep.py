@@ -63,14 +63,15 @@ QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_log
 
 def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
               preset_params: dict[str, str] | None = None, report_hint: bool = True,
-              again: str | None = None, at_once: bool = False) -> Path:
+              again: str | None = None, at_once: bool = False, again_dir: Path | None = None) -> Path:
     """Run every job of the sweep; print where the runs are and (`report_hint`; not when the caller writes the
     report itself, as `gspo compare` does) the report command. Returns the sweep dir.
     `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output).
     A training sweep run again with the same folder (hydra.sweep.dir=) and overrides resumes it: the
     sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones resumed.
     `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN). `again`: the command
-    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`). `at_once`
+    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`), with
+    hydra.sweep.dir=`again_dir` (default: this sweep's folder; an until=resolved round's: the experiment's). `at_once`
     (`gspo compare`): with no launcher named, run the jobs several at once where that is measured faster
     (`jobs_at_once`)."""
     register_configs()
@@ -105,7 +106,7 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
     sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides, *launcher]
     head = again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
                                              and not a.startswith(("hydra.sweep.dir=", "resume=")))
-    resume_line = f"{head} {quote(f'hydra.sweep.dir={sweep_dir}')}"
+    resume_line = f"{head} {quote(f'hydra.sweep.dir={again_dir or sweep_dir}')}"
     watched_loky()  # before any worker starts: each watches this process from its birth
     joblib_jobs = any("joblib" in a for a in sys.argv if a.startswith("hydra/launcher="))
     try:
@@ -515,6 +516,8 @@ def _job(cfg: DictConfig) -> float:
         if state == "finished":  # a sweep run again: this job is done
             if main:
                 typer.echo(f"{where}: {said} -> {run_dir} finished already, skipped", err=True)
+                if sweep_job(Path(hc.sweep.dir), hc.job.num) is None:  # its record torn or lost: written again
+                    _record(hc, {"run_dir": str(run_dir), "overrides": said, "outcome": "finished"})
             return run_value(load_run(run_dir), objective, "final")
         if (run_dir / "config.yaml").is_file():  # an earlier attempt's run, interrupted or died: its own config
             cfg = continued_config(cfg, run_dir)
