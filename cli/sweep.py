@@ -202,8 +202,9 @@ def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, s
     old = read_sweep_plan(sweep_dir)  # a damaged sweep.json is one line naming it and the field
     if old is not None:
         if (old.get("overrides"), old.get("params") or {}) != (mine, plan["params"]):
-            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(map(str, old['overrides']))}): "
-                            "run this one in another folder, or the same overrides to resume that one")
+            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(map(str, old['overrides']))}; "
+                            f"{_plan_difference(old, plan)}): run this one in another folder, or the same overrides "
+                            "to resume that one")
         typer.echo(f"sweep: resuming {sweep_dir} (finished jobs are skipped, interrupted ones resumed)", err=True)
         return old["stamp"]
     if resume:
@@ -214,6 +215,20 @@ def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, s
                         "cannot be resumed: use another hydra.sweep.dir=")
     atomic_write_text(plan_file, json.dumps(plan, indent=1) + "\n")
     return stamp
+
+
+def _plan_difference(old: dict, new: dict) -> str:
+    """How a sweep's plan differs from the one in its folder, in words; a launcher named as such (overrides that
+    look alike otherwise: the launcher is easy to miss)."""
+    was, now = [str(o) for o in old.get("overrides") or []], new["overrides"]
+    gone, added = [o for o in was if o not in now], [o for o in now if o not in was]
+    launcher = [o for o in [*gone, *added] if o.startswith(("hydra/launcher=", "hydra.launcher."))]
+    said = [f"it ran with {' '.join(gone)}" if gone else "", f"this command adds {' '.join(added)}" if added else ""]
+    if (old.get("params") or {}) != new["params"]:
+        said.append("the preset's swept values changed")
+    if launcher:
+        said.append(f"another launcher ({', '.join(launcher)}): a sweep resumes under the launcher it started with")
+    return "; ".join(s for s in said if s) or "its overrides are in another order"
 
 
 def check_launcher(overrides: list[str]) -> None:
