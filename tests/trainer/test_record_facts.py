@@ -126,3 +126,22 @@ def test_a_malformed_manifest_is_damage(tmp_path, manifest, problem):
     (folder / MANIFEST).write_text(json.dumps(manifest))
     said = checkpoint_problem(folder)
     assert said is not None and said.startswith(f"{MANIFEST} is damaged (") and problem in said
+
+
+def test_a_run_folder_moved_mid_run_is_one_line_and_no_stub_at_the_old_path(tmp_path):
+    from gspo.trainer.run.rundir import RunMoved
+
+    run = RunDir.open(str(tmp_path), "r", resume=False)
+    try:
+        run.set_status("running", step=0)
+        (tmp_path / "r").rename(tmp_path / "moved")
+        with pytest.raises(RunMoved) as e:
+            run.set_status("failed", error="x")  # the loop's last status write (an OSError it logs)
+        assert isinstance(e.value, OSError) and isinstance(e.value, GspoError)
+        assert str(e.value).startswith(f"run {tmp_path / 'r'} was moved or deleted while this process was writing it")
+        with pytest.raises(RunMoved):
+            run.append("metrics.jsonl", {"step": 1})
+    finally:
+        run.close()
+    assert not (tmp_path / "r").exists()  # before: a stub run.json (failed) recreated here
+    assert json.loads((tmp_path / "moved" / "run.json").read_text())["status"] == "running"

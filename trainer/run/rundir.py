@@ -146,6 +146,19 @@ def default_run_id(algo: str, seed: int) -> str:
     return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{algo}-s{seed}-{secrets.token_hex(3)}"
 
 
+class RunMoved(GspoError, OSError):
+    """The run's folder was moved or deleted while its writer held it: one line, and nothing is written at the
+    old path (a stub run.json there, status failed, would hide where the run went). An OSError too, so the
+    loop's last status write says it rather than failing on it."""
+
+    def __init__(self, path: Path):
+        super().__init__(errno.ENOENT, f"run {path} was moved or deleted while this process was writing it; nothing "
+                         "more is written there: resume it where it is now, gspo train resume=<its folder>")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
 class RunDir:
     def __init__(self, path: Path):
         self.path = path
@@ -192,8 +205,18 @@ class RunDir:
         self._lock_fd = fd
 
     def _claim(self) -> None:
-        """Before the first write of a new run: create the folder and take its lock; refuse if someone was first."""
-        if not self._owner or self._lock_fd is not None:
+        """Before the first write of a new run: create the folder and take its lock; refuse if someone was first.
+        Before every later write: the folder the lock holds is still at `path` (RunMoved otherwise)."""
+        if self._lock_fd is not None:
+            held = os.fstat(self._lock_fd)
+            try:
+                here = os.stat(self.path)
+            except FileNotFoundError:
+                raise RunMoved(self.path) from None
+            if (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino):
+                raise RunMoved(self.path)
+            return
+        if not self._owner:
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
