@@ -36,8 +36,8 @@ def disk_error(e: BaseException) -> GspoError | None:
         if code in DISK_ERRORS:
             where = f"{e.filename}: " if isinstance(e, OSError) and e.filename else ""
             said = e.strerror if isinstance(e, OSError) and e.strerror else os.strerror(code)
-            return GspoError(f"{where}{DISK_ERRORS[code]} ({said}); free space or fix the permissions or limits and "
-                             "run the command again (a run resumes with resume=<run dir>)")
+            return GspoError(f"{where}{DISK_ERRORS[code]} ({said}); free space or "
+                             "fix the permissions and run the command again (a run resumes with resume=<run dir>)")
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
 
