@@ -63,6 +63,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _name(pid: int) -> str:
+    """A short name of the process: a loky worker, a resource tracker, or its program."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_text(errors="replace").replace("\0", " ")
+    except OSError:
+        return "gone"
+    return "loky worker" if "popen_loky" in cmd else "resource tracker" if "resource_tracker" in cmd else cmd[:40]
+
+
 def _metrics(folder: Path) -> dict[str, list[dict]]:
     """Each run's metrics rows by its job's overrides (timings left out)."""
     out = {}
@@ -80,6 +89,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/compare-kills"))
     parser.add_argument("--within", type=float, default=40.0, help="kill within this many seconds of the start")
     parser.add_argument("--grace", type=float, default=15.0, help="seconds the workers get to end themselves")
+    parser.add_argument("--linger", type=float, default=120.0, help="then this long for those still ending")
     parser.add_argument("--after", type=float, default=1.0, help="kill no sooner than this many seconds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gspo", default="gspo", help="the gspo console script to run")
@@ -109,7 +119,11 @@ def main() -> None:
         proc.send_signal(sig)
         proc.wait()
         time.sleep(args.grace)
-        orphans = sorted(p for p in seen if _alive(p))
+        late = {p: _name(p) for p in seen if _alive(p)}  # still ending (a run saving its interrupted state, a tracker)
+        end = time.time() + args.linger
+        while time.time() < end and any(_alive(p) for p in late):
+            time.sleep(0.5)
+        orphans = sorted(p for p in late if _alive(p))
         orphans_total += len(orphans)
         for p in orphans:  # ours: ended so the next round starts clean
             os.kill(p, signal.SIGKILL)
@@ -117,7 +131,8 @@ def main() -> None:
         same = again.returncode == 0 and _metrics(folder) == want
         identical += same
         print(f"round {i}: {signal.Signals(sig).name} after {delay:.1f} s{' (had finished)' if finished_first else ''}, "
-              f"{len(seen)} descendant process(es) seen, {len(orphans)} orphan(s) alive after {args.grace:.0f} s; "
+              f"{len(seen)} descendant process(es) seen, {len(late)} alive after {args.grace:.0f} s "
+              f"({', '.join(sorted(late.values())) or 'none'}), {len(orphans)} orphan(s) after {args.grace + args.linger:.0f} s; "
               f"resume exit {again.returncode}, metrics {'identical' if same else 'DIFFERENT'}"
               + ("" if again.returncode == 0 else f": {again.stderr.strip().splitlines()[-1:]}"), flush=True)
     print(f"{args.rounds} kills: {orphans_total} orphan(s) left, {identical}/{args.rounds} resumes identical to the "
