@@ -35,6 +35,8 @@ def test_the_read_only_run_hint_is_accepted(gspo, finished_run, tmp_path, monkey
     assert isinstance(refused.exception, GspoError)
     assert str(refused.exception).endswith("write this eval's rows elsewhere with eval.output=<folder>")
     out = tmp_path / "evals"
+    bare = gspo.invoke("eval", f"eval.run={run}", f"eval.output={out}")  # the documented command: its hint is taken
+    assert str(bare.exception).startswith("no benchmark given: eval.benches=[arith]")  # before: [aime24], a download
     done = gspo.invoke("eval", f"eval.run={run}", f"eval.output={out}", "eval.benches=[arith]", "eval.limit=2")
     assert done.exit_code == 0, (done.exception, done.output)
     assert (out / "evals.jsonl").read_text().count('"benchmark": "arith"') >= 1
