@@ -19,7 +19,6 @@ command with hydra.sweep.dir=<dir> resumes it (finished runs are skipped, the lo
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from importlib import resources
@@ -131,26 +130,33 @@ def plan_rounds(name: str, rest: list[str], verdict: VerdictConfig) -> list[list
 def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: str) -> None:
     """Rounds of seeds, a group-sequential look after each, then one report over every round."""
     rounds = plan_rounds(name, rest, verdict)
+    from gspo.cli import until
     from gspo.cli.report import print_report  # torch and pandas: once the rounds are planned
-    from gspo.cli.sweep import run_sweep
+    from gspo.cli.sweep import new_stamp, run_sweep, sweep_folder
     from gspo.report import write_report
     from gspo.report.rounds import STOP_SEEDS, STOP_SETTLED, STOP_TIME, look, round_lines
-    from gspo.trainer.run.rundir import atomic_write_text
 
     given = [o.split("=", 1)[1] for o in rest if o.startswith("hydra.sweep.dir=")]
-    outer = Path(given[-1] if given else f"results/sweeps/{time.strftime('%Y%m%d-%H%M%S')}")
+    outer = Path(sweep_folder(given[-1]) if given else f"results/sweeps/{new_stamp()}")  # resolved once: ${now:...}
     base = [o for o in rest if not o.startswith(("hydra.sweep.dir=", "seed="))]
+    design = until.design_of(name, sweep_params(presets()[name]), base, verdict, rounds)
+    until.check_design(outer, design)  # the design its first look was planned with, or none yet
+    again = " ".join(["gspo compare", *(quote(o) for o in command.split()[2:] if not o.startswith("hydra.sweep.dir="))])
     typer.echo(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
                f"hydra.sweep.dir={outer} resumes it", err=True)
     start, looks, dirs, seen, stop = time.time(), [], [], [], STOP_SEEDS
     for i, seeds in enumerate(rounds, 1):
         dirs.append(run_sweep([f"+sweep={name}", *base, f"seed={','.join(map(str, seeds))}",
                                f"hydra.sweep.dir={outer / f'round-{i}'}"], preset_keys=swept_by(presets()[name]),
-                              preset_params=sweep_params(presets()[name]), report_hint=False, at_once=True))
+                              preset_params=sweep_params(presets()[name]), report_hint=False, at_once=True,
+                              again=again, again_dir=outer))
+        until.check_round_records(dirs[-1])
         seen.append(sum(map(len, rounds[:i])))
         late = verdict.max_minutes is not None and time.time() - start >= 60 * verdict.max_minutes
         last = i == len(rounds) or late
         looks.append(look(dirs, verdict.metric, verdict.effect, seen, verdict.max_seeds, verdict.spending, last))
+        until.add_look(outer, design, {"round": i, "seeds": seen[-1], "level": looks[-1].level,
+                                       "settled": looks[-1].settled})
         typer.echo(f"round {i}: {seen[-1]} seeds per arm, level {looks[-1].level:.2g}: "
                    + ("settled" if looks[-1].settled else "not settled"), err=True)
         if looks[-1].settled:
@@ -160,10 +166,10 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
             stop = STOP_TIME
             break
     lines = round_lines(looks, stop, verdict.max_seeds, verdict.spending, verdict.effect)
-    record = {"rounds": rounds[:len(looks)], "seeds": seen, "levels": [lk.level for lk in looks], "stop": stop,
-              "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__}}
-    atomic_write_text(outer / "sequential.json", json.dumps(record, indent=1) + "\n")
     metric = looks[-1].diffs[0].head.metric if looks[-1].diffs else None
+    sequential = {metric: looks[-1].level} if metric else None
+    until.finish(outer, {"rounds": rounds[:len(looks)], "seeds": seen, "levels": [lk.level for lk in looks], "stop": stop,
+                         "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
+                         "page": {"lines": lines, "sequential": sequential}})
     print_report(write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
-                              effect=verdict.effect, primary=verdict.metric, rounds=lines,
-                              sequential={metric: looks[-1].level} if metric else None))
+                              effect=verdict.effect, primary=verdict.metric, rounds=lines, sequential=sequential))

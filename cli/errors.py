@@ -32,7 +32,7 @@ def one_line_errors() -> Iterator[None]:
         if is_rank0():
             typer.echo(f"error: {e}", err=True)
         sys.exit(2)
-    except (OSError, RuntimeError) as e:  # a full disk, a read-only folder, a permission, a name too long
+    except Exception as e:  # a full disk, a read-only folder, a permission, a name too long, a size limit (any library's wording)
         error = disk_error(e)
         if error is None:
             raise

@@ -43,12 +43,21 @@ def report_cmd(
     )
 
     paths = list(paths or [])
+    rounds: dict = {}
+    if len(paths) == 1 and (paths[0] / "sequential.json").is_file():  # an until=resolved experiment: its page
+        from gspo.cli.until import page
+
+        folder = paths[0]
+        paths, lines, sequential = page(folder)
+        rounds = {"rounds": lines, "sequential": sequential}
+        out = out or folder / "report"
     if out is None:
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     command = f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
     kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect}
     if not separate:
+        kwargs |= rounds
         print_report(write_report(paths, out, **kwargs))
         return
     for name, report in write_groups(paths, out, **kwargs):

@@ -31,6 +31,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from shlex import quote
@@ -61,14 +63,15 @@ QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_log
 
 def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str = "train",
               preset_params: dict[str, str] | None = None, report_hint: bool = True,
-              again: str | None = None, at_once: bool = False) -> Path:
+              again: str | None = None, at_once: bool = False, again_dir: Path | None = None) -> Path:
     """Run every job of the sweep; print where the runs are and (`report_hint`; not when the caller writes the
     report itself, as `gspo compare` does) the report command. Returns the sweep dir.
     `command` "eval": each job is a `gspo eval` writing to <sweep dir>/<job> (or its eval.run / eval.output).
     A training sweep run again with the same folder (hydra.sweep.dir=) and overrides resumes it: the
     sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones resumed.
     `preset_params`: a preset's hydra.sweeper.params, for the plan of jobs (SWEEP_PLAN). `again`: the command
-    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`). `at_once`
+    that resumes this sweep, as an interruption prints it (default `gspo sweep <its overrides>`), with
+    hydra.sweep.dir=`again_dir` (default: this sweep's folder; an until=resolved round's: the experiment's). `at_once`
     (`gspo compare`): with no launcher named, run the jobs several at once where that is measured faster
     (`jobs_at_once`)."""
     register_configs()
@@ -101,15 +104,24 @@ def run_sweep(args: list[str], preset_keys: tuple[str, ...] = (), command: str =
             typer.echo(f"sweep: {n} jobs at once, {_threads(n)} torch thread(s) each (on CPU cores the embedded "
                        "model's runs finish sooner side by side; hydra/launcher=basic runs them one at a time)", err=True)
     sys.argv = [f"gspo {command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides, *launcher]
+    head = again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
+                                             and not a.startswith(("hydra.sweep.dir=", "resume=")))
+    resume_line = f"{head} {quote(f'hydra.sweep.dir={again_dir or sweep_dir}')}"
+    watched_loky()  # before any worker starts: each watches this process from its birth
+    joblib_jobs = any("joblib" in a for a in sys.argv if a.startswith("hydra/launcher="))
     try:
-        _job()
+        with _raw_errors(joblib_jobs):
+            _job()
     except KeyboardInterrupt:
         if command == "train":
-            head = again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
-                                                     and not a.startswith(("hydra.sweep.dir=", "resume=")))
-            typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): "
-                       f"{head} {quote(f'hydra.sweep.dir={sweep_dir}')}", err=True)
+            typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): {resume_line}", err=True)
         raise
+    except Exception as e:
+        if not _worker_died(e):
+            raise
+        raise GspoError("a job's worker process was killed (a SIGKILL, as the OOM killer sends; each job of the embedded "
+                        f"model needs ~{GIB_PER_JOB} GiB), and joblib ended the other jobs with it; every run is kept: "
+                        f"resume the sweep (finished jobs skipped): {resume_line}") from None
     if command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
         return sweep_dir
@@ -190,8 +202,9 @@ def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, s
     old = read_sweep_plan(sweep_dir)  # a damaged sweep.json is one line naming it and the field
     if old is not None:
         if (old.get("overrides"), old.get("params") or {}) != (mine, plan["params"]):
-            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(map(str, old['overrides']))}): "
-                            "run this one in another folder, or the same overrides to resume that one")
+            raise GspoError(f"hydra.sweep.dir={sweep_dir} holds another sweep ({' '.join(map(str, old['overrides']))}; "
+                            f"{_plan_difference(old, plan)}): run this one in another folder, or the same overrides "
+                            "to resume that one")
         typer.echo(f"sweep: resuming {sweep_dir} (finished jobs are skipped, interrupted ones resumed)", err=True)
         return old["stamp"]
     if resume:
@@ -202,6 +215,20 @@ def _plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, s
                         "cannot be resumed: use another hydra.sweep.dir=")
     atomic_write_text(plan_file, json.dumps(plan, indent=1) + "\n")
     return stamp
+
+
+def _plan_difference(old: dict, new: dict) -> str:
+    """How a sweep's plan differs from the one in its folder, in words; a launcher named as such (overrides that
+    look alike otherwise: the launcher is easy to miss)."""
+    was, now = [str(o) for o in old.get("overrides") or []], new["overrides"]
+    gone, added = [o for o in was if o not in now], [o for o in now if o not in was]
+    launcher = [o for o in [*gone, *added] if o.startswith(("hydra/launcher=", "hydra.launcher."))]
+    said = [f"it ran with {' '.join(gone)}" if gone else "", f"this command adds {' '.join(added)}" if added else ""]
+    if (old.get("params") or {}) != new["params"]:
+        said.append("the preset's swept values changed")
+    if launcher:
+        said.append(f"another launcher ({', '.join(launcher)}): a sweep resumes under the launcher it started with")
+    return "; ".join(s for s in said if s) or "its overrides are in another order"
 
 
 def check_launcher(overrides: list[str]) -> None:
@@ -284,17 +311,23 @@ def _launcher_jobs() -> int | None:
 
 
 _WATCHED, _ORPHANED = threading.Event(), threading.Event()
+PARENT_ENV = "GSPO_SWEEP_PARENT"  # the `gspo` process's pid, set before any worker starts; workers inherit it
 
 
-def _die_with_parent(every: float = 1.0, grace: float = 120.0) -> None:
-    """In a launcher's worker process (joblib's): once the `gspo` process that started it is gone (a SIGKILL
-    leaves the workers orphaned, each training on), SIGTERM to itself, which the trainer takes as an interruption:
-    the run is kept resumable, and no orphan trains on beside the sweep a user resumes. The job then exits the
-    worker (`_job`); one that has not within `grace` seconds is ended. Once per worker."""
+def _watch_parent(parent: int, every: float = 1.0, grace: float = 120.0) -> None:
+    """In a launcher's worker process (joblib's), from its birth (the loky backend's initializer, `watched_loky`)
+    or its first job: once `parent`, the `gspo` process that started it, is gone (a SIGKILL or SIGTERM leaves the
+    workers orphaned, each training on), SIGTERM to itself, which the trainer takes as an interruption: the run
+    is kept resumable, and no orphan trains on beside the sweep a user resumes; an idle worker just ends. A job
+    then exits the worker (`_job`); one that has not within `grace` seconds is ended. `parent` is taken in the
+    parent before any job starts: a worker that finds itself orphaned already (the compare killed while its
+    workers were starting) ends at once, before it takes a queued job. Polls the parent pid (not the kernel's
+    PR_SET_PDEATHSIG, which fires when the thread that forked the worker ends: loky starts some from a thread)."""
+    if os.getppid() != parent:
+        os._exit(143)
     if _WATCHED.is_set():
         return
     _WATCHED.set()
-    parent = os.getppid()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -305,6 +338,50 @@ def _die_with_parent(every: float = 1.0, grace: float = 120.0) -> None:
         os._exit(143)
 
     threading.Thread(target=watch, daemon=True, name="gspo-parent-watch").start()
+
+
+def _die_with_parent() -> None:
+    """At a job's start in a joblib worker: `_watch_parent` of the pid the sweep's parent set (PARENT_ENV) before
+    starting its workers; a worker without it (started by another program) watches the parent it has now."""
+    _watch_parent(int(os.environ.get(PARENT_ENV) or os.getppid()))
+
+
+def watched_loky() -> None:
+    """Make joblib's `loky` backend (the one Hydra's joblib launcher names) start each worker with
+    `_watch_parent` of this process, so a worker is watched from its birth, idle or not. The parent's pid is
+    also left in PARENT_ENV for the jobs."""
+    os.environ[PARENT_ENV] = str(os.getpid())
+    if not plugin_installed(PLUGINS["joblib"]):
+        return
+    import joblib
+    from joblib._parallel_backends import LokyBackend
+
+    class WatchedLoky(LokyBackend):
+        def configure(self, *args, **kwargs):
+            return super().configure(*args, initializer=_watch_parent, initargs=(os.getpid(),), **kwargs)
+
+    joblib.register_parallel_backend("loky", WatchedLoky)
+
+
+@contextmanager
+def _raw_errors(on: bool) -> Iterator[None]:
+    """`on`: Hydra passes a launcher's exception on (HYDRA_FULL_ERROR) instead of printing it as a traceback of
+    its own, so a worker's death reaches `run_sweep`, which says it in one line."""
+    before = os.environ.get("HYDRA_FULL_ERROR")
+    if on:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    finally:
+        if on and before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        elif on:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
+def _worker_died(e: BaseException) -> bool:
+    """Whether `e` is joblib's word that one of its workers was killed (a SIGKILL, the OOM killer)."""
+    return type(e).__name__ == "TerminatedWorkerError"
 
 
 def _orphaned() -> bool:
@@ -454,6 +531,8 @@ def _job(cfg: DictConfig) -> float:
         if state == "finished":  # a sweep run again: this job is done
             if main:
                 typer.echo(f"{where}: {said} -> {run_dir} finished already, skipped", err=True)
+                if sweep_job(Path(hc.sweep.dir), hc.job.num) is None:  # its record torn or lost: written again
+                    _record(hc, {"run_dir": str(run_dir), "overrides": said, "outcome": "finished"})
             return run_value(load_run(run_dir), objective, "final")
         if (run_dir / "config.yaml").is_file():  # an earlier attempt's run, interrupted or died: its own config
             cfg = continued_config(cfg, run_dir)

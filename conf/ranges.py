@@ -16,6 +16,8 @@ from omegaconf import DictConfig, ListConfig
 from gspo.conf.errors import GspoError
 
 _POS, _NONNEG, _ONE = (0, None, True), (0, None, False), (1, None, False)
+MAX_SEEDS = 200  # verdict.max_seeds: a comparison of hundreds of seeds per arm is another study than rounds of looks
+MAX_EVAL_SIZE = 100_000  # task.eval_size: each is generated and graded at every eval (the task also checks its pool)
 INT64 = (-(2**63), 2**63 - 1)  # every integer setting; torch.manual_seed, for one, fails past 2**64 - 1
 RULES: dict[str, tuple] = {
     "seed": _NONNEG,
@@ -29,7 +31,7 @@ RULES: dict[str, tuple] = {
     "rollout.temperature": _POS, "rollout.top_p": (0, 1, True), "rollout.max_new_tokens": _ONE,
     "rollout.batch_size": _ONE, "rollout.gpu_memory_utilization": (0, 1, True),
     "rollout.tensor_parallel_size": _ONE, "rollout.max_draws": _ONE, "rollout.overlong_buffer": (0, 1, False),
-    "task.min_digits": _ONE, "task.max_digits": _ONE, "task.eval_size": _ONE, "task.timeout_s": _POS,
+    "task.min_digits": _ONE, "task.max_digits": _ONE, "task.timeout_s": _POS,
     "task.workers": _ONE,
     "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _ONE, "eval.step": _NONNEG,
     "eval.workers": _ONE, "logger.samples_per_step": _NONNEG,
@@ -37,25 +39,51 @@ RULES: dict[str, tuple] = {
     "model.tiny.num_heads": _ONE, "model.tiny.num_kv_heads": _ONE, "model.tiny.sft_lr": _POS,
     "model.tiny.sft_batch_size": _ONE, "model.tiny.sft_max_steps": _NONNEG, "model.tiny.sft_eval_every": _ONE,
     "model.tiny.sft_eval_max_loss": _POS, "model.tiny.sft_target_accuracy": (0, 1, False),
-    "model.lora.r": _NONNEG, "model.lora.dropout": (0, 1, False, True),
+    "model.lora.r": _NONNEG, "model.lora.dropout": (0, 1, False, True), "model.lora.alpha": _POS,
+    "model.tiny.num_experts": _NONNEG, "model.tiny.experts_per_token": _ONE, "model.tiny.moe_intermediate_size": _ONE,
+    "model.tiny.sft_seed": _NONNEG,
+    "train.collapse.window": _ONE, "train.collapse.patience": _ONE, "train.collapse.reward_drop": (0, 1, True),
+    "train.collapse.eval_drop": (0, 1, True), "train.collapse.min_best": _NONNEG, "train.collapse.entropy_min": _NONNEG,
+    "train.collapse.entropy_max_factor": (1, None, True), "train.collapse.truncated_max": (0, 1, True),
+    "task.eval_size": (1, MAX_EVAL_SIZE, False),
+    "verdict.effect": _POS, "verdict.max_seeds": (2, MAX_SEEDS, False), "verdict.round_seeds": (1, MAX_SEEDS, False),
+    "verdict.max_minutes": _POS,
 }
 WHY = {
     "train.group_size": "group advantages need at least 2 completions per prompt",
     "model.lora.r": "0 is no LoRA",
+    "train.collapse.window": "the moving average of the reward is over at least one step",
+    "train.collapse.patience": "a collapse is a fall that lasts at least one step",
+    "train.collapse.entropy_max_factor": "at or below 1x the first step's entropy, every run would count as exploding",
+    "train.collapse.reward_drop": "0 would count any dip below the best as a collapse",
+    "train.collapse.eval_drop": "0 would count any dip below the best as a collapse",
+    "task.eval_size": "every held-out prompt is sampled at step 0 and at each eval",
+    "verdict.max_seeds": "each seed is one run per arm, and the looks' boundaries are planned over them",
+    "verdict.round_seeds": "each seed is one run per arm",
 }
 
 
-def check_numbers(cfg: DictConfig) -> None:
-    """Every number in the config is finite; those with a rule are in range. Raises a GspoError naming the key."""
-    for key, value in _numbers(cfg, ""):
-        if not math.isfinite(value):
-            raise GspoError(f"{key}={value}: must be a finite number")
-        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:  # torch, numpy and W&B pack it in 64 bits
-            raise GspoError(f"{key}={value}: must fit a 64-bit integer ({INT64[0]} to {INT64[1]})")
-        rule = RULES.get(key.split("[")[0])
-        if rule is not None and not _in_range(value, *rule):
-            why = WHY.get(key.split("[")[0])
-            raise GspoError(f"{key}={value}: must be {_describe(*rule)}" + (f" ({why})" if why else ""))
+def check_numbers(cfg: DictConfig, prefix: str = "") -> None:
+    """Every number in the config is finite; those with a rule are in range. Raises a GspoError naming the key.
+    `prefix`: where `cfg` sits in the rules' keys ("verdict." for the verdict settings)."""
+    for key, value in _numbers(cfg, prefix.rstrip(".")):
+        check_number(key, value)
+    tiny = cfg.get("model", {}).get("tiny") if not prefix else None
+    if tiny is not None and tiny.num_experts and tiny.experts_per_token > tiny.num_experts:
+        raise GspoError(f"model.tiny.experts_per_token={tiny.experts_per_token}: must be at most model.tiny.num_experts="
+                        f"{tiny.num_experts} (each token is routed to that many of the experts)")
+
+
+def check_number(key: str, value: float) -> None:
+    """One setting's number against its rule (RULES); a GspoError naming the key and the rule."""
+    if not math.isfinite(value):
+        raise GspoError(f"{key}={value}: must be a finite number")
+    if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:  # torch, numpy and W&B pack it in 64 bits
+        raise GspoError(f"{key}={value}: must fit a 64-bit integer ({INT64[0]} to {INT64[1]})")
+    rule = RULES.get(key.split("[")[0])
+    if rule is not None and not _in_range(value, *rule):
+        why = WHY.get(key.split("[")[0])
+        raise GspoError(f"{key}={value}: must be {_describe(*rule)}" + (f" ({why})" if why else ""))
 
 
 def _numbers(node, prefix: str):

@@ -192,6 +192,7 @@ class TrainConfig:
     precision: str = "auto"  # compute: fp32, bf16 (autocast), fp16 (autocast + loss scale); auto: model.dtype's; master weights stay fp32
     collapse: CollapseConfig = field(default_factory=CollapseConfig)  # detection, logged to run.json
     stop_on_collapse: bool = False  # end the run (status finished, stopped: collapse) once it has collapsed
+    past_stop: bool = False  # resume= of a run a rule stopped (stopped: collapse, nonfinite in run.json): train on past the stop; a bare resume leaves a stopped run stopped
 
 
 @dataclass

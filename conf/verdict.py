@@ -10,6 +10,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.choices import check_choice
 from gspo.conf.errors import GspoError
+from gspo.conf.ranges import check_numbers
 from gspo.conf.schema import VerdictConfig
 
 PREFIX = "verdict."
@@ -37,6 +38,7 @@ def split_verdict(overrides: list[str]) -> tuple[VerdictConfig, list[str]]:
         raise GspoError(f"verdict.round_seeds={cfg.round_seeds}: must be at least 1")
     if cfg.max_minutes is not None and not cfg.max_minutes > 0:
         raise GspoError(f"verdict.max_minutes={cfg.max_minutes}: must be > 0 (or null: no time budget)")
+    check_numbers(node, PREFIX)  # each setting's range (conf/ranges.py): the upper bounds, past the checks above
     return cfg, rest
 
 

@@ -153,8 +153,13 @@ def make_split(
         raise GspoError(f"arith task: ops must be made of '+' and '*', got {ops!r}")
     if not 1 <= min_digits <= max_digits:
         raise GspoError(f"arith task: need 1 <= min_digits <= max_digits, got {min_digits}..{max_digits}")
-    rng = random.Random(f"{seed}:{split}")
     want_test = split == "test"
+    pool = split_pool(min_digits, max_digits, ops, test=want_test)
+    if n > pool:
+        raise GspoError(f"task.eval_size={n}: the arith task's held-out split with {min_digits}..{max_digits} digits "
+                        f"and ops {ops!r} holds {pool} distinct problems; ask for at most that many" if want_test else
+                        f"arith task: cannot draw {n} distinct {split} problems from the {pool} there are")
+    rng = random.Random(f"{seed}:{split}")
     out: list[ArithProblem] = []
     seen: set[ArithProblem] = set()
     for _ in range(200 * n):
@@ -166,6 +171,24 @@ def make_split(
         if len(out) == n:
             return out
     raise GspoError(f"arith task: cannot draw {n} distinct {split} problems with {min_digits}..{max_digits} digits")
+
+
+_COUNTED = 300_000  # problem spaces up to this size are counted one by one (a fraction of a second); larger ones estimated
+
+
+def split_pool(min_digits: int, max_digits: int, ops: str, *, test: bool) -> int:
+    """How many distinct problems the held-out split (`test`) or the others hold: counted where the space is
+    small, else nine tenths of the hash's share (the share of a bucket of ten is within a percent of a tenth
+    there), so asking for more fails at once rather than after 200 draws per problem."""
+    numbers = range(10 ** (min_digits - 1), 10**max_digits)
+    space = len(numbers) ** 2 * ("+" in ops) + len(numbers) * 8 * ("*" in ops)
+    if space > _COUNTED:
+        tenth = space // 10
+        return int(0.9 * tenth) if test else space - int(1.1 * tenth)
+    problems = [ArithProblem(a, b, op) for op in sorted(set(ops)) for a in numbers
+                for b in (numbers if op == "+" else range(2, 10))]
+    held = sum(map(is_held_out, problems))
+    return held if test else len(problems) - held
 
 
 def is_held_out(problem: ArithProblem) -> bool:

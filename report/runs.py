@@ -45,6 +45,7 @@ class Run:
     torn_steps: tuple[int, ...] = ()  # the steps those lines begin to name, where they name one
     final_steps: dict[str, int] = field(default_factory=dict)  # each metric's last step that logged it (even as null)
     not_numbers: int = 0  # logged values that are no finite number (NaN, Infinity, text): read as missing
+    duplicate_steps: tuple[int, ...] = ()  # steps metrics.jsonl logs more than once: the last row of each is read
 
     @property
     def run_id(self) -> str:
@@ -84,6 +85,14 @@ def _metrics(path: Path) -> tuple[pd.DataFrame, list[str], dict[str, int], int]:
     return frame.sort_values("step", kind="stable").reset_index(drop=True), bad, final_steps, not_numbers
 
 
+def _one_row_per_step(frame: pd.DataFrame) -> tuple[pd.DataFrame, tuple[int, ...]]:
+    """(the rows, in step order, the last one written of each step; the steps logged more than once): a step
+    appears twice only when the log was copied or edited by hand (a resume cuts its logs back first)."""
+    twice = frame["step"].duplicated(keep="last")
+    steps = tuple(sorted({int(s) for s in frame.loc[twice, "step"]}))
+    return frame.loc[~twice].reset_index(drop=True), steps
+
+
 def run_config_of(config: Path) -> dict:
     """The run's config.yaml over today's schema defaults (as a resume reads it), flattened: a run written
     before a key existed has the key's default, so it groups with the runs that have it."""
@@ -103,11 +112,12 @@ def load_run(path: Path) -> Run:
         raise GspoError(f"not a run or sweep directory (no config.yaml, no {SWEEP_RUNS}/): {path}")
     status = read_status(path)  # an unreadable run.json reads as status "unreadable"; a vanished writer as "dead"
     metrics, bad, final_steps, not_numbers = _metrics(path / "metrics.jsonl")
+    metrics, twice = _one_row_per_step(metrics)
     torn_steps = tuple(int(m.group(1)) for line in bad if (m := _STEP.match(line)))
     settings = run_config_of(config)
     if label := start_label(status.get("start")):
         settings[START_KEY] = label  # not a setting but part of the experiment: runs pool only with one start
-    return Run(path, settings, status, metrics, len(bad), torn_steps, final_steps, not_numbers)
+    return Run(path, settings, status, metrics, len(bad), torn_steps, final_steps, not_numbers, twice)
 
 
 START_KEY = "model.start"

@@ -145,6 +145,9 @@ def final_notes(runs: list[Run], heads: list[Headline]) -> list[str]:
         if r.not_numbers:
             notes.append(f"{r.run_id}: {r.not_numbers} logged value(s) in metrics.jsonl are no finite number (NaN, "
                          "Infinity or text): shown as missing")
+        if r.duplicate_steps:
+            notes.append(f"{r.run_id}: metrics.jsonl logs step(s) {', '.join(map(str, r.duplicate_steps[:10]))} more "
+                         "than once (a copied or edited log): the last row of each is used")
     return notes
 
 

@@ -184,7 +184,9 @@ def run_eval(cfg, log=print) -> Path:
     writer of a run does: a run still training is refused), else results/evals/<time>-<model>. Returns <dir>."""
     accept_weak(cfg.eval.weak_sandbox)
     if not cfg.eval.benches:
-        raise GspoError("no benchmark given: eval.benches=[aime24] (or several: eval.benches=[aime24,livecodebench])")
+        # a run of the embedded task is evaluated on its own benchmark, which needs no download (aime24 does)
+        own = "arith" if cfg.eval.run is not None and cfg.task.kind == "arith" else "aime24"
+        raise GspoError(f"no benchmark given: eval.benches=[{own}] (or several: eval.benches=[{own},livecodebench])")
     benches = load_benches(cfg)
     ckpt = eval_checkpoint(cfg) if cfg.eval.run is not None else None
     out = _eval_output(cfg)

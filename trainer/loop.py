@@ -55,8 +55,9 @@ from gspo.trainer.policy import load_policy, start_of
 from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
-from gspo.trainer.run.loggers import Loggers
+from gspo.trainer.run.loggers import Loggers, check_wandb_folder
 from gspo.trainer.run.progress import Progress
+from gspo.trainer.run.rebuild import rebuild_status
 from gspo.trainer.run.rundir import (
     ESTIMATOR_CARD,
     SET_ASIDE,
@@ -109,6 +110,10 @@ def train(cfg, log=print) -> Path:
 def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
     world = compute[2]
+    if cfg.resume and world.main:
+        rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log)  # a damaged run.json, its facts kept
+        check_stopped(run, cfg.train.past_stop)  # before the model loads
+        check_wandb_folder(run.path, cfg.logger.wandb)
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
     ckpt = distributed.broadcast(ckpt, world)  # [distributed] every rank loads rank 0's choice
     sharded = bool(cfg.train.fsdp)  # [FSDP] trainer/parallel/fsdp.py; fsdp.check has made sure there are ranks
@@ -185,10 +190,34 @@ def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unr
         log(f"resume: {'rows after step ' + str(start) if ckpt else 'the rows of the earlier attempt'} kept aside in "
             f"{run.path / SET_ASIDE}/ ({', '.join(f'{n} of {name}' for name, n in aside.items())}); the run logs "
             "those steps again as it redoes them")
-    run.write_config(config_to_yaml(cfg))
+    saved = copy.deepcopy(cfg)
+    saved.train.past_stop = False  # an action of this resume, not a setting: the next stop stops the run again
+    run.write_config(config_to_yaml(saved))
     atomic_write_text(run.path / ESTIMATOR_CARD, estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
-                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}), **({"start": origin} if origin else {}))
+                   **({"unreadable_steps": unrebuilt} if unrebuilt else {}), **({"start": origin} if origin else {}),
+                   **_past_stop(run, cfg))
+
+
+def check_stopped(run: RunDir, past_stop: bool) -> None:
+    """A run a rule stopped (run.json `stopped`: train.stop_on_collapse, a non-finite value) and whose stop was
+    recorded whole (finished or failed) stays stopped on a bare resume: one line naming the stop and the option
+    that trains on past it. A run killed before its stop was recorded whole redoes its last steps as any resume."""
+    info = run.status()
+    stopped = info.get("stopped")
+    if not stopped or past_stop or info.get("status") not in ("finished", "failed"):
+        return
+    why = (info.get("collapsed") or {}).get("reason") if stopped == "collapse" else info.get("error")
+    raise GspoError(f"run {run.path} stopped at step {info.get('step')} ({stopped}{': ' + why if why else ''}); a bare "
+                    "resume leaves it stopped: add train.past_stop=true to train on past the stop")
+
+
+def _past_stop(run: RunDir, cfg) -> dict:
+    """run.json's fields for a resume that trains on past a stop: `stopped` cleared, the stop kept in `past_stops`."""
+    info = run.status()
+    if not (cfg.resume and cfg.train.past_stop and info.get("stopped")):
+        return {}
+    return {"stopped": None, "past_stops": [*info.get("past_stops", []), {"stopped": info["stopped"], "step": info.get("step")}]}
 
 
 def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int, tokenizer, log) -> None:

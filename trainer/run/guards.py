@@ -38,5 +38,6 @@ def handle_nonfinite(cfg, run, step: int, err: NonFinite, log) -> dict:
     if cfg.train.on_nonfinite == "skip":
         log(f"step {step}: {err}; the batch is skipped, its earlier updates undone (dump: {path})")
         return {SKIPPED_BATCH: 1.0}
+    run.set_status("running", stopped="nonfinite")  # a state: a bare resume leaves the run stopped (train.past_stop)
     raise GspoError(f"step {step}: {err}; stopped before it reached the weights (dump: {path}); "
                     f"lower train.lr, or set train.on_nonfinite=skip")

@@ -13,6 +13,7 @@ from pathlib import Path
 from shlex import quote
 
 from gspo.algos.metrics import EVAL
+from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks.types import is_count
 from gspo.trainer.run.rundir import RunDir
 
@@ -28,6 +29,20 @@ def wandb_mode(setting: str) -> str:
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         pass
     return "offline"
+
+
+def check_wandb_folder(run_path: Path, setting: str) -> None:
+    """Before the model loads: <run>/wandb, where W&B keeps the run's files, is a folder or absent; a file or a
+    dangling link there is one line (W&B would fail on it after the model loaded, and the run, finished or
+    not, would be recorded failed)."""
+    if wandb_mode(setting) == "disabled":
+        return
+    folder = run_path / "wandb"
+    fix = "move it aside (W&B keeps the run's files there), or set logger.wandb=disabled"
+    if folder.is_symlink() and not folder.exists():
+        raise GspoError(f"{folder} is a link to {os.readlink(folder)}, which does not exist: {fix}")
+    if folder.exists() and not folder.is_dir():
+        raise GspoError(f"{folder} is a file, not a folder: {fix}")
 
 
 def _finite(row: dict) -> dict:

@@ -24,7 +24,7 @@ SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "star
 SWEEP_PLAN = "sweep.json"  # <sweep dir>/sweep.json: {"overrides", "params", "stamp", "jobs"}: what the sweep runs
 
 _NUMBER = (int, float)
-RUN_STATUS = {"status": str, "step": int, "pid": int, "host": str, "collapsed": dict, "stopped": str,
+RUN_STATUS = {"status": str, "step": int, "pid": int, "host": str, "collapsed": dict, "stopped": str, "past_stops": list,
               "unreadable_steps": list, "wall_s": _NUMBER, "started_unix": _NUMBER, "versions": dict, "start": dict}
 SWEEP_PLAN_FIELDS = {"overrides": list, "params": dict, "stamp": str, "jobs": list}
 SWEEP_PLAN_REQUIRED = ("overrides", "stamp")

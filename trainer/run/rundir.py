@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import secrets
 import shutil
 import socket
@@ -145,6 +146,19 @@ def default_run_id(algo: str, seed: int) -> str:
     return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{algo}-s{seed}-{secrets.token_hex(3)}"
 
 
+class RunMoved(GspoError, OSError):
+    """The run's folder was moved or deleted while its writer held it: one line, and nothing is written at the
+    old path (a stub run.json there, status failed, would hide where the run went). An OSError too, so the
+    loop's last status write says it rather than failing on it."""
+
+    def __init__(self, path: Path):
+        super().__init__(errno.ENOENT, f"run {path} was moved or deleted while this process was writing it; nothing "
+                         "more is written there: resume it where it is now, gspo train resume=<its folder>")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
 class RunDir:
     def __init__(self, path: Path):
         self.path = path
@@ -191,8 +205,18 @@ class RunDir:
         self._lock_fd = fd
 
     def _claim(self) -> None:
-        """Before the first write of a new run: create the folder and take its lock; refuse if someone was first."""
-        if not self._owner or self._lock_fd is not None:
+        """Before the first write of a new run: create the folder and take its lock; refuse if someone was first.
+        Before every later write: the folder the lock holds is still at `path` (RunMoved otherwise)."""
+        if self._lock_fd is not None:
+            held = os.fstat(self._lock_fd)
+            try:
+                here = os.stat(self.path)
+            except FileNotFoundError:
+                raise RunMoved(self.path) from None
+            if (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino):
+                raise RunMoved(self.path)
+            return
+        if not self._owner:
             return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -275,15 +299,21 @@ class RunDir:
             rows, bad = read_jsonl_lines(f)
             keep = [r for r in rows if _step(r) <= last_step]
             cut = [json.dumps(r) for r in rows if _step(r) > last_step] + bad
-            if not cut:
+            twice: list[dict] = []
+            if name == "metrics.jsonl":  # one row per step, in step order (a copied or edited log may hold more)
+                keep, twice = one_row_per_step(keep)
+            if not cut and not twice and keep == rows:
                 continue
             (self.path / SET_ASIDE).mkdir(exist_ok=True)
             with open(self.path / SET_ASIDE / name, "a") as out:
-                out.write("".join(line + "\n" for line in cut))
+                out.write("".join(line + "\n" for line in [*cut, *map(json.dumps, twice)]))
                 out.flush()
                 os.fsync(out.fileno())
             atomic_write_text(f, "".join(json.dumps(r) + "\n" for r in keep))
-            aside[name] = len(cut)
+            if cut:
+                aside[name] = len(cut)
+            if twice:
+                aside[f"{name} (steps logged twice: {', '.join(str(_step(r)) for r in twice[:10])})"] = len(twice)
         return aside
 
     # --- checkpoints ---
@@ -370,6 +400,12 @@ def _step(row: dict) -> int:
     return step if isinstance(step, int) else 0
 
 
+def one_row_per_step(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the rows in step order, the last written of each step; the earlier rows of a step logged twice)."""
+    last = {_step(r): i for i, r in enumerate(rows)}
+    return [rows[last[s]] for s in sorted(last)], [r for i, r in enumerate(rows) if last[_step(r)] != i]
+
+
 def seal_folder(folder: Path, step: int | None = None) -> None:
     """Make `folder` and its files readable by the group (as the umask allows; mkdtemp and safetensors make
     them private), then write its complete.json last: a folder without one, or whose files differ from it,
@@ -386,12 +422,16 @@ def _write_manifest(folder: Path, step: int | None) -> None:
 
 
 def checkpoint_problem(folder: Path) -> str | None:
-    """Why the checkpoint in `folder` cannot be trusted, or None when every file matches complete.json."""
+    """Why the checkpoint in `folder` cannot be trusted, or None when every file matches complete.json. The
+    manifest is checked by its schema first (`manifest_problem`): a damaged one is no proof of anything."""
     try:
-        files = json.loads((folder / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
         return f"no readable {MANIFEST}: its write never finished"
-    for name, want in files.items():
+    problem = manifest_problem(manifest, folder)
+    if problem is not None:
+        return f"{MANIFEST} is damaged ({problem})"
+    for name, want in manifest["files"].items():
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"
@@ -399,6 +439,33 @@ def checkpoint_problem(folder: Path) -> str | None:
             return f"{name} has {path.stat().st_size} bytes, {want['bytes']} were written"
         if _sha256(path) != want["sha256"]:
             return f"{name} does not match its checksum"
+    return None
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def manifest_problem(manifest, folder: Path) -> str | None:
+    """What breaks complete.json's schema ({"step": int or null, "files": {name: {"bytes": int >= 0, "sha256": 64
+    hex digits}}}, every file of the folder listed, none outside it), or None. `{"files": {}}` lists nothing, so
+    it would vouch for any weights, zeroed ones too: damaged."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return "no files object"
+    step = manifest.get("step")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        return f"step is {json.dumps(step)[:40]}"
+    files = manifest["files"]
+    for name, want in files.items():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"{name[:60]!r} is outside the folder"
+        if not (isinstance(want, dict) and isinstance(want.get("bytes"), int) and not isinstance(want["bytes"], bool)
+                and want["bytes"] >= 0 and isinstance(want.get("sha256"), str) and _SHA256.fullmatch(want["sha256"])):
+            return f"{name[:60]}: {json.dumps(want)[:60]} is no size and sha256"
+    present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST
+               and not p.name.startswith(".")}
+    unlisted = sorted(present - files.keys())
+    if unlisted:
+        return f"{unlisted[0]} is not listed" + (f" (nor {len(unlisted) - 1} more)" if len(unlisted) > 1 else "")
     return None
 
 

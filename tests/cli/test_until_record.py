@@ -1,0 +1,110 @@
+"""An until=resolved experiment's record (cli/until.py, cli/compare.py compare_until), with the sweeps and
+looks stood in for (no training): the design is recorded at the first look and checked on every attempt (seen
+before: an edited preset or verdict.max_seeds was taken silently and the boundaries re-planned after looks were
+seen); every look is appended (seen: sequential.json overwritten, earlier looks lost); the folder is resolved
+once (seen: `${now:...}` gave each round its own folder, and two untils started in the same second shared one);
+the Ctrl-C hint names the experiment's folder; `gspo report <until folder>` gives the until page (seen:
+refused); a torn runs/N.json is one line, not a seed dropped from the look."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gspo.cli import compare, until
+from gspo.conf.errors import GspoError
+from gspo.conf.verdict import split_verdict
+
+
+@pytest.fixture
+def stand_ins(monkeypatch, tmp_path):
+    """compare_until with its sweeps, looks and report stood in for; returns what they were asked."""
+    import gspo.cli.report
+    import gspo.cli.sweep
+    import gspo.report
+    import gspo.report.rounds
+
+    asked = SimpleNamespace(sweeps=[], report=None)
+
+    def run_sweep(args, **kw):
+        folder = Path(next(a for a in args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+        (folder / "runs").mkdir(parents=True, exist_ok=True)
+        asked.sweeps.append((folder, kw))
+        return folder
+
+    def look(dirs, metric, effect, seen, max_seeds, spending, last):
+        return SimpleNamespace(seeds=seen[-1], level=0.01 * len(dirs), settled=False, diffs=[])
+
+    monkeypatch.setattr(gspo.cli.sweep, "run_sweep", run_sweep)
+    monkeypatch.setattr(gspo.report.rounds, "look", look)
+    monkeypatch.setattr(gspo.report.rounds, "round_lines", lambda looks, *a: [f"{len(looks)} rounds"])
+    monkeypatch.setattr(gspo.report, "write_report", lambda dirs, out, **kw: setattr(asked, "report", (dirs, kw)))
+    monkeypatch.setattr(gspo.cli.report, "print_report", lambda report: None)
+    monkeypatch.chdir(tmp_path)
+    return asked
+
+
+def _until(*overrides: str) -> None:
+    args = ["verdict.until=resolved", "verdict.max_seeds=4", "verdict.round_seeds=2", "seed=0,1", *overrides]
+    verdict, rest = split_verdict(args)
+    compare.compare_until("compare", rest, verdict, "gspo compare " + " ".join(args))
+
+
+def test_the_design_is_fixed_at_the_first_look_and_every_look_is_kept(stand_ins, tmp_path):
+    _until("hydra.sweep.dir=u")
+    record = json.loads((tmp_path / "u" / "sequential.json").read_text())
+    assert [(lk["round"], lk["seeds"]) for lk in record["looks"]] == [(1, 2), (2, 4)]
+    assert record["design"]["arms"] == ["algo=grpo", "algo=gspo"] and record["design"]["verdict.max_seeds"] == 4
+    assert record["design"]["config"]["algo=gspo"]["train.lr"] == 0.0001
+    _until("hydra.sweep.dir=u")  # the same command again: its looks are appended, none overwritten
+    record = json.loads((tmp_path / "u" / "sequential.json").read_text())
+    assert [lk["round"] for lk in record["looks"]] == [1, 2, 1, 2] and record["page"]["lines"] == ["2 rounds"]
+    for changed, said in (("train.lr=5e-4", "train.lr=0.0001 -> 0.0005 in arm algo=grpo"),
+                          ("verdict.max_seeds=6", "verdict.max_seeds=4 -> 6")):
+        with pytest.raises(GspoError) as e:
+            _until("hydra.sweep.dir=u", changed)
+        assert f"u is an until=resolved experiment whose design was fixed at its first look; this command changes it " \
+               f"({said})" in str(e.value)
+    assert len(json.loads((tmp_path / "u" / "sequential.json").read_text())["looks"]) == 4
+
+
+def test_the_folder_is_resolved_once_and_the_interrupt_hint_names_it(stand_ins, tmp_path):
+    _until("hydra.sweep.dir=u/${now:%H%M%S}")
+    folders = {f.parent for f, _ in stand_ins.sweeps}
+    assert len(folders) == 1 and [f.name for f, _ in stand_ins.sweeps] == ["round-1", "round-2"]
+    (outer,) = folders
+    assert all(kw["again_dir"] == outer for _, kw in stand_ins.sweeps)
+    assert stand_ins.sweeps[1][1]["again"] == ("gspo compare verdict.until=resolved verdict.max_seeds=4 "
+                                               "verdict.round_seeds=2 seed=0,1")
+    stand_ins.sweeps.clear()
+    _until()
+    _until()  # the default folders of two untils in the same second differ
+    assert len({f.parent for f, _ in stand_ins.sweeps}) == 2
+
+
+def test_a_torn_job_record_is_one_line_not_a_dropped_seed(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "0.json").write_text('{"run_dir": "../r"}\n')
+    (tmp_path / "runs" / "1.json").write_text('{"run_dir": "../r')
+    with pytest.raises(GspoError) as e:
+        until.check_round_records(tmp_path)
+    assert str(e.value).startswith(f"{tmp_path / 'runs' / '1.json'}: not whole JSON")
+    assert str(e.value).endswith("the look would leave its seed out; rerun the same command (a finished job's record "
+                                 "is written again)")
+
+
+def test_report_of_an_until_folder_gives_its_page(stand_ins, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import gspo.cli.report
+    from gspo.cli.main import app
+
+    _until("hydra.sweep.dir=u")
+    monkeypatch.setattr(gspo.cli.report, "print_report", lambda report: None)
+    result = CliRunner().invoke(app, ["report", "u"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    dirs, kw = stand_ins.report
+    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds"]

@@ -1,0 +1,75 @@
+"""run.json rebuilt whole: a resume that finds it unreadable (damaged by hand, a disk error) or gone while the
+run has logged rows recovers what the record said from what the run left, never starting a fresh record that
+forgets them: the last step (metrics.jsonl), the collapse (the detector replayed over the rows, as the run
+found it), the stop (a collapse where the rows end, with its checkpoint, under train.stop_on_collapse; a
+non-finite dump just past them under train.on_nonfinite=stop), the status that follows, and the start (the
+step-0 held-out eval's time in evals.jsonl, which the run writes within seconds of starting). The damaged file
+is kept as set-aside/run.json.unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+
+from gspo.trainer.run.collapse import CollapseDetector
+from gspo.trainer.run.rundir import SET_ASIDE, RunDir, read_jsonl
+
+
+def rebuild_status(run: RunDir, cfg, eval_key: str, log) -> None:
+    """Rebuild <run>/run.json from the run's files when it is unreadable or missing and metrics.jsonl has rows;
+    `eval_key`: the held-out accuracy the collapse detector watches (eval/<task>/accuracy)."""
+    if run.status():
+        return
+    rows = read_jsonl(run.path / "metrics.jsonl")
+    if not rows:
+        return
+    facts = recovered_facts(run, cfg, eval_key, rows)
+    damaged = run.path / "run.json"
+    if damaged.exists():
+        (run.path / SET_ASIDE).mkdir(exist_ok=True)
+        shutil.copyfile(damaged, run.path / SET_ASIDE / "run.json.unreadable")
+    run.set_status(facts.pop("status"), **facts)
+    said = ", ".join(f"{k} {json.dumps(v)[:60]}" for k, v in facts.items() if k in ("step", "collapsed", "stopped", "started"))
+    log(f"resume: {damaged} was unreadable or missing; rebuilt from the run's files ({said})")
+
+
+def recovered_facts(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> dict:
+    """run.json's fields as the run's files show them: status, step, collapsed, stopped, started, rebuilt."""
+    last = max(r["step"] for r in rows if isinstance(r.get("step"), int))
+    detector = CollapseDetector(cfg.train.collapse, eval_key)
+    for row in sorted(rows, key=lambda r: r.get("step", 0)):
+        detector.observe(row)
+    facts: dict = {"step": last, "status": "finished" if last >= cfg.train.steps else "interrupted",
+                   "rebuilt": "run.json was unreadable or missing: rebuilt from metrics.jsonl, evals.jsonl and checkpoints"}
+    found = detector.found
+    if found is not None:
+        facts["collapsed"] = {"step": found.step, "reason": found.reason}
+        saved = (run.checkpoints / f"step_{last:06d}").is_dir()
+        if cfg.train.stop_on_collapse and found.step == last and saved:
+            facts |= {"stopped": "collapse", "status": "finished"}
+    dump = run.path / f"nonfinite_step_{last + 1:06d}.json"
+    if cfg.train.on_nonfinite == "stop" and dump.is_file():
+        try:
+            reason = json.loads(dump.read_text()).get("reason", "a non-finite value")
+        except (ValueError, OSError, AttributeError):
+            reason = "a non-finite value"
+        facts |= {"stopped": "nonfinite", "status": "failed", "error": f"step {last + 1}: {reason}"}
+    started = _started(run)
+    if started is not None:
+        facts |= {"started": started.isoformat(timespec="seconds"), "started_unix": started.timestamp()}
+    return facts
+
+
+def _started(run: RunDir) -> datetime | None:
+    """When the run started, to within its step-0 eval: that eval's time in evals.jsonl (None without one)."""
+    for row in read_jsonl(run.path / "evals.jsonl"):
+        if row.get("step") == 0 and row.get("source", "train") == "train" and isinstance(row.get("time"), str):
+            try:
+                return datetime.fromisoformat(row["time"])
+            except ValueError:
+                return None
+    return None
+
+
