@@ -120,8 +120,11 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect, first)),
                           Block("list", items=tuple(verdict), id="verdict")]
     front_files = []
-    if forest([d for h in chosen[: 1 if many else None] for d in diffs[h.metric]], out_dir / "forest.png"):
-        front.append(Block("img", "forest plot: each difference to the baseline with its 95% interval",
+    # the primary score and the mechanism on the first screen; the exploratory scores' intervals are in the verdict
+    shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
+    if forest(shown, out_dir / "forest.png"):
+        front.append(Block("img", "forest plot: the primary score's and the mechanism's differences to the baseline with "
+                                  "their 95% intervals",
                            image=out_dir / "forest.png", id="forest"))
         front_files.append(out_dir / "forest.png")
     if len(arms) > 2 and first is not None:
