@@ -5,7 +5,11 @@ machine falls on every arm alike.
 
     python perf/decode_ab.py                                  # the embedded model's shape, CPU, 128 rows x 64 tokens
     python perf/decode_ab.py --before main --rounds 7
-    python perf/decode_ab.py --device cuda --shape qwen3-0.6b --dtype bfloat16 --max-new-tokens 512
+    python perf/decode_ab.py --device cuda --shape qwen3-0.6b --dtype bfloat16 --max-new-tokens 512 --hf
+
+`--hf` adds transformers' own `generate` (sampling, every row to max_new_tokens) with its default dynamic cache
+and with `cache_implementation="static"` (which compiles its decode step: the warm-up round pays that), the
+settings TRL's GRPOTrainer exposes.
 
 The model is randomly initialised (weights do not change the arithmetic) and no token ends a completion, so
 every row decodes `--max-new-tokens` tokens. Also prints whether the arms drew the same tokens.
@@ -50,6 +54,15 @@ def engine_class_at(rev: str):
     return module.HFEngine
 
 
+def _hf_generate(model, tokenizer, enc, args, cache: str, seed: int) -> None:
+    """transformers' sampling `generate`, every row to max_new_tokens, with its dynamic or static cache."""
+    torch.manual_seed(seed)
+    static = {"cache_implementation": "static"} if cache == "static" else {}
+    with torch.inference_mode():
+        model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=args.max_new_tokens,
+                       min_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **static)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="embedded", choices=sorted(SHAPES))
@@ -60,6 +73,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--before", help="a git revision whose engine is a third arm (its own default cache)")
+    ap.add_argument("--hf", action="store_true", help="also transformers' generate, dynamic and static cache")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     shape = dict(SHAPES[args.shape])
@@ -75,19 +89,25 @@ def main() -> None:
         arms[f"before ({args.before})"] = engine_class_at(args.before)(model, tokenizer, **opts)
     for engine in arms.values():
         engine.eos_ids = [-1]  # nothing ends a row: every arm decodes max_new_tokens tokens
-    times: dict[str, list[float]] = {a: [] for a in arms}
+    runs = {name: (lambda seed, e=engine: e.generate(prompts, seed=seed).input_ids) for name, engine in arms.items()}
+    if args.hf:
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        for cache in ("dynamic", "static"):
+            runs[f"hf generate ({cache})"] = lambda seed, c=cache: _hf_generate(model, tokenizer, enc, args, c, seed)
+    times: dict[str, list[float]] = {a: [] for a in runs}
     tokens = {}
-    for r in range(args.rounds + 1):  # round 0 warms up (allocator, capture) and is not counted
-        for name, engine in (arms.items() if r % 2 else reversed(arms.items())):
+    for r in range(args.rounds + 1):  # round 0 warms up (allocator, capture, compile) and is not counted
+        for name, run in (runs.items() if r % 2 else reversed(runs.items())):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = engine.generate(prompts, seed=r)
+            out = run(r)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if r:
                 times[name].append((time.perf_counter() - t0) / args.max_new_tokens * 1e3)
-            tokens[name] = out.input_ids
+            if name in arms:
+                tokens[name] = out
     print(f"{args.shape} shape, {args.dtype}, {args.device}, {args.rows} rows x {args.max_new_tokens} new tokens, "
           f"{args.threads} threads; ms per decode step (whole generate / tokens), median of {args.rounds} "
           f"interleaved rounds; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -96,7 +116,7 @@ def main() -> None:
               f"{args.rows * 1e3 / statistics.median(ms):,.0f} tokens/s")
     first = next(iter(tokens.values()))
     same = all(torch.equal(first, t) for t in tokens.values())
-    print(f"  same tokens in every arm (last round's seed): {same}")
+    print(f"  same tokens in every gspo arm (last round's seed): {same}")
     sys.exit(0 if same else 1)
 
 
