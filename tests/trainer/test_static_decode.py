@@ -7,6 +7,8 @@ temperatures.
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 import torch
 
@@ -159,3 +161,48 @@ def test_a_bad_kv_cache_is_one_line():
 
     with pytest.raises(GspoError, match="rollout.kv_cache"):
         compose_config(["rollout.kv_cache=fixed"])
+
+
+HOST_READS = ["item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero"]
+
+
+def _host_reads(decoder) -> list[str]:
+    """The tensor methods that read a value back to the host (a sync on CUDA, which a graph capture cannot hold)
+    called during one decode step, where they were called from."""
+    seen, saved = [], {name: getattr(torch.Tensor, name) for name in HOST_READS}
+
+    def spy(name):
+        def method(self, *args, **kwargs):
+            seen.append(f"{name} in {traceback.extract_stack(limit=2)[0].name}")
+            return saved[name](self, *args, **kwargs)
+        return method
+
+    for name in HOST_READS:
+        setattr(torch.Tensor, name, spy(name))
+    try:
+        with torch.inference_mode():
+            decoder.t.fill_(1)
+            decoder._step()
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+    return seen
+
+
+def test_a_decode_step_reads_nothing_back_to_the_host(tiny):
+    """What the CUDA graph captures must not sync with the host: one step of the dense model and of a Qwen3-MoE
+    (transformers' grouped_mm experts) reads no tensor value back; the MoE's eager expert loop does (nonzero),
+    the case whose capture falls back to the uncaptured step."""
+    model, tokenizer = tiny
+    engine = _engine(model, tokenizer, kv_cache="static")
+    engine.generate(WIDE, seed=1)
+    assert _host_reads(engine.static) == []
+    moe = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,
+                           num_kv_heads=1, seed=3, num_experts=8, experts_per_token=2, moe_intermediate_size=16).eval()
+    engine = _engine(moe, tokenizer, kv_cache="static")
+    engine.generate(WIDE, seed=1)
+    assert _host_reads(engine.static) == []
+    moe.set_experts_implementation("eager")
+    engine = _engine(moe, tokenizer, kv_cache="static")
+    engine.generate(WIDE, seed=1)
+    assert any(read.startswith("nonzero") for read in _host_reads(engine.static))
