@@ -166,8 +166,9 @@ def test_graph_decoding_at_qwen3_0_6b_shape_same_tokens_in_fp32_and_faster_in_bf
 
 
 def test_a_qwen3_moe_decode_step_on_cuda_draws_the_eager_tokens():
-    """An MoE's expert loop syncs with the host, which a capture cannot hold: the decoder falls back to the
-    same step uncaptured (or captures it, where transformers' experts run without a sync); same tokens."""
+    """transformers' default grouped_mm experts read nothing back to the host: the step is captured. Its eager
+    expert loop does (nonzero), which a capture cannot hold: the capture raises and the decoder runs the step
+    uncaptured. The eager loop's tokens either way."""
     from gspo.evals.arith import ALPHABET
     from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
     from tests.trainer.test_static_decode import WIDE
@@ -178,4 +179,8 @@ def test_a_qwen3_moe_decode_step_on_cuda_draws_the_eager_tokens():
                              moe_intermediate_size=16).cuda().eval()
     dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=2, max_new_tokens=24)
     assert torch.equal(dynamic.input_ids, static.input_ids)
-    assert engine.static.graph is not None or not engine.static.graphs
+    assert engine.static.graph is not None
+    model.set_experts_implementation("eager")
+    dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=2, max_new_tokens=24)
+    assert torch.equal(dynamic.input_ids, static.input_ids)
+    assert engine.static.graph is None and not engine.static.graphs  # fell back, and said so
