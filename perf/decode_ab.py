@@ -95,25 +95,28 @@ def main() -> None:
         for cache in ("dynamic", "static"):
             runs[f"hf generate ({cache})"] = lambda seed, c=cache: _hf_generate(model, tokenizer, enc, args, c, seed)
     times: dict[str, list[float]] = {a: [] for a in runs}
+    cpu: dict[str, list[float]] = {a: [] for a in runs}  # process CPU ms per step: less sensitive to other load
     tokens = {}
     for r in range(args.rounds + 1):  # round 0 warms up (allocator, capture, compile) and is not counted
         for name, run in (runs.items() if r % 2 else reversed(runs.items())):
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = run(r)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if r:
                 times[name].append((time.perf_counter() - t0) / args.max_new_tokens * 1e3)
+                cpu[name].append((time.process_time() - c0) / args.max_new_tokens * 1e3)
             if name in arms:
                 tokens[name] = out
     print(f"{args.shape} shape, {args.dtype}, {args.device}, {args.rows} rows x {args.max_new_tokens} new tokens, "
           f"{args.threads} threads; ms per decode step (whole generate / tokens), median of {args.rounds} "
           f"interleaved rounds; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for name, ms in times.items():
-        print(f"  {name:>22}: {statistics.median(ms):8.3f} ms/step  (rounds: {', '.join(f'{m:.2f}' for m in ms)}); "
-              f"{args.rows * 1e3 / statistics.median(ms):,.0f} tokens/s")
+        print(f"  {name:>22}: {statistics.median(ms):8.3f} ms/step, best {min(ms):.3f}  (rounds: {', '.join(f'{m:.2f}' for m in ms)}); "
+              f"{args.rows * 1e3 / statistics.median(ms):,.0f} tokens/s; process CPU {statistics.median(cpu[name]):.3f} "
+              f"ms/step")
     first = next(iter(tokens.values()))
     same = all(torch.equal(first, t) for t in tokens.values())
     print(f"  same tokens in every gspo arm (last round's seed): {same}")
