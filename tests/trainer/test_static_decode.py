@@ -108,6 +108,9 @@ def test_a_reused_decoder_draws_what_a_fresh_one_draws(tiny):
     _same(_engine(model, tokenizer, kv_cache="dynamic", want_logprobs=True).generate(WIDE, seed=4, max_new_tokens=100),
           engine.generate(WIDE, seed=4, max_new_tokens=100))
     assert engine.static is not decoder
+    decoder = engine.static
+    engine.eos_ids = [-1]  # nothing ends a row now (the benchmarks' full length): not the decoder that stops on eos
+    assert engine.generate(WIDE, seed=1, max_new_tokens=100).n_completion == 100 and engine.static is not decoder
 
 
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])

@@ -157,7 +157,9 @@ class HFEngine:
         Row i draws with its own uniforms (`sampler`, seeded seed + i), the draws `generate` makes with the
         same sampler, token for token; ended rows keep their place, and it checks once per token whether
         every row has ended (one host sync per token). Under FSDP every rank decodes until all ranks' rows
-        have ended (each forward is a collective), as transformers' synced_gpus does."""
+        have ended (each forward is a collective), as transformers' synced_gpus does. With a fixed-shape cache
+        (`_static_on`; not under FSDP, nor while recording MoE routing) a StaticDecoder draws the same tokens,
+        one CUDA graph per token on CUDA and a host sync every few tokens (static_decode.py)."""
         greedy = sampler is None
         lockstep = fsdp.is_sharded(self.model)
         if experts is None and not lockstep and self._static_on(input_ids.device):
@@ -210,7 +212,7 @@ class HFEngine:
         else a new one (the old one's buffers dropped first, so two caches never coexist)."""
         n, width = shape
         device = next(self.model.parameters()).device
-        key = (n, bucket(width + max_new_tokens), max_new_tokens, greedy, device)
+        key = (n, bucket(width + max_new_tokens), max_new_tokens, greedy, device, tuple(self.eos_ids))
         if self.static is None or not self.static.fits(key, self.model):
             self.static = None
             self.static = StaticDecoder(self.model, n=n, capacity=key[1], max_new_tokens=max_new_tokens, device=device,

@@ -68,7 +68,7 @@ class StaticDecoder:
                  greedy: bool, graphs: bool):
         self.model, self.kw, self.pad, self.greedy = model, cache_keyword, pad_id, greedy
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
-        self.key = (n, capacity, max_new_tokens, greedy, device)
+        self.key = (n, capacity, max_new_tokens, greedy, device, tuple(eos_ids))
         self.cache = StaticCache(config=model.config, max_cache_len=capacity)
         self.eos = torch.tensor(eos_ids, device=device)
         self.mask = torch.ones(n, capacity, dtype=torch.long, device=device)
