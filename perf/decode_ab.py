@@ -58,7 +58,7 @@ def _hf_generate(model, tokenizer, enc, args, cache: str, seed: int) -> None:
     """transformers' sampling `generate`, every row to max_new_tokens, with its dynamic or static cache."""
     torch.manual_seed(seed)
     static = {"cache_implementation": "static"} if cache == "static" else {}
-    with torch.inference_mode():
+    with torch.no_grad():  # as generate itself runs (its compiled static step under inference mode is untested)
         model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=args.max_new_tokens,
                        min_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id, **static)
 
