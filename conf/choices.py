@@ -31,6 +31,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "rollout.dtype": ("auto", "bfloat16", "float16"),
     "rollout.sampler": ("lean", "generate"),
+    "rollout.kv_cache": ("auto", "static", "dynamic"),
     "rollout.vllm_sync": ("auto", "load_weights", "reload"),
     "train.precision": ("auto", "fp32", "bf16", "fp16"),
     "train.lr_schedule": ("constant", "linear", "cosine"),

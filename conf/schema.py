@@ -128,6 +128,7 @@ class RolloutConfig:
     dtype: str = "auto"  # hf engine: auto (the model's) or bfloat16/float16 autocast, a sampler less precise than the trainer
     batch_size: int = 256  # completions generated per generate() call
     sampler: str = "lean"  # hf engine: lean (its own KV-cache decoding loop, same draws as generate) or generate (transformers')
+    kv_cache: str = "auto"  # hf lean sampler: static (transformers' StaticCache, widths in buckets of 64; each decode step one CUDA graph on CUDA), dynamic (grown per token); auto: static on CUDA, dynamic elsewhere (faster on the CPU, measured); same tokens either way
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory vLLM may take
     tensor_parallel_size: int = 1  # vllm: GPUs one model is split over
     vllm_dtype: str = "auto"  # vllm: its weights' dtype (auto: the model's)

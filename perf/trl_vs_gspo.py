@@ -12,13 +12,24 @@ process's first rollout batch is a warm-up that is not counted.
     python perf/trl_vs_gspo.py --algos gspo --repeats 7 --batches 3
     python perf/trl_vs_gspo.py --scaling --arms gspo    # s per rollout batch as G, B and T double
     python perf/trl_vs_gspo.py --device cuda --model qwen3-0.6b-random --repeats 3   # on a GPU
+    python perf/trl_vs_gspo.py --device cuda --model qwen3-0.6b-random --precision bf16 --arms gspo,trl,trl-static \
+        --algos gspo --repeats 2 --batches 2 --threads 8 --max-new-tokens 512      # perf/gpu_check.sh's
+
+`--precision bf16`: gspo stores bf16 weights and keeps fp32 master weights (model.dtype=bfloat16,
+train.precision=bf16), TRL keeps fp32 weights under bf16 autocast (GRPOConfig bf16=True); fp32 by default.
+Arm `trl-static` is TRL at its best Hugging Face setting, `cache_implementation="static"` (transformers then
+compiles its decode step); `trl` is its default dynamic cache.
 
 `--model qwen3-0.6b-random` trains a randomly initialised model of Qwen3-0.6B's shape (built in-process, no
 hub; a character tokenizer padded to Qwen3's vocabulary) instead of the embedded cold start: its samples are
 noise and its rewards 0, but the arithmetic of generation and update is that of the real model.
 
 Printed per arm: seconds per rollout batch and per optimizer step, the split (generation, grading, old
-log-probs, update, overhead), generated tokens/s, peak RSS, startup, the first (warm-up) batch's seconds (where a compile is paid); then the ratios TRL / gspo (median
+log-probs, update, overhead), generated tokens/s, peak RSS, startup, the first (warm-up) batch's seconds (where a compile is paid); then
+per arm ms per decode step (generation / the batch's longest completion), generated tokens/s of generation alone,
+the weight-read floor of a decode step (parameters x bytes per stored weight / bandwidth, both the measured copy
+bandwidth and the datasheet's, perf/device_figures.py) and the update's MFU (6 x parameters x the batch's prompt and
+completion tokens / update seconds / the datasheet's dense peak at the precision); then the ratios TRL / gspo (median
 of the per-repeat ratios). The work check compares the prompts (a hash of every rollout's prompt list in
 order), the number of completions and their mean length.
 """
@@ -30,6 +41,7 @@ import time
 T_START = time.perf_counter()  # before the heavy imports: startup counts them
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -41,7 +53,10 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from device_figures import describe, mfu, weight_floor_ms  # noqa: E402  (perf/, beside this script)
+
 PHASES = ("generation", "grading", "old_logp", "update", "overhead")
+ARMS = ("gspo", "trl", "trl-static")  # trl-static: TRL with cache_implementation="static"
 
 
 def _prompt_hash(prompts: list[str]) -> str:
@@ -52,7 +67,14 @@ def _overrides(args) -> list[str]:
     return [f"algo={args.algo}", "logger=local", f"train.prompts_per_step={args.prompts}",
             f"train.group_size={args.group}", f"rollout.max_new_tokens={args.max_new_tokens}",
             f"train.minibatches={args.updates}", f"train.lr={args.lr}",
-            f"train.steps={args.warmup + args.batches}", *args.gspo_override]
+            f"train.steps={args.warmup + args.batches}",
+            *(["model.dtype=bfloat16", "train.precision=bf16"] if args.precision == "bf16" else []),
+            *args.gspo_override]
+
+
+def _prompt_tokens(tokenizer, prompts: list[str], group: int) -> int:
+    """Tokens of a rollout batch's prompts, each repeated `group` times (the update's forward reads them all)."""
+    return group * sum(len(ids) for ids in tokenizer(prompts, add_special_tokens=False).input_ids)
 
 
 def plan(args) -> dict:
@@ -87,13 +109,13 @@ def run_gspo(args, work: dict) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from gspo.algos.metrics import LEN_MEAN, REWARD_MEAN, TIME_PHASE
+    from gspo.algos.metrics import LEN_MAX, LEN_MEAN, REWARD_MEAN, TIME_PHASE
     from gspo.conf.compose import compose_config
     from gspo.trainer.engines.registry import make_engine
     from gspo.trainer.loop import format_prompts, train_step
     from gspo.trainer.model.logprobs import compile_body
     from gspo.trainer.model.models import cache_root, load_pretrained
-    from gspo.trainer.model.precision import Precision
+    from gspo.trainer.model.precision import Precision, resolve_precision
     from gspo.trainer.state import make_optimizer
     from gspo.trainer.step.context import StepContext
     from gspo.trainer.tasks.registry import build_task
@@ -105,7 +127,8 @@ def run_gspo(args, work: dict) -> dict:
     model.to(device)
     if cfg.train.compile:  # as the trainer's _policy does: the compile lands in the first (warm-up) batch
         compile_body(model, cache_root(cfg.model.tiny.cache_dir))
-    precision = Precision(model, "fp32", device)
+    storage = next(model.parameters()).dtype
+    precision = Precision(model, resolve_precision(cfg.train.precision, storage), device)
     torch.manual_seed(cfg.seed)
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     engine = make_engine(cfg, model, tokenizer)
@@ -131,7 +154,8 @@ def run_gspo(args, work: dict) -> dict:
         split["overhead"] = wall - sum(split.values())
         batches.append({"wall": wall, "cpu": cpu, **split, "prompts": _prompt_hash(format_prompts(tokenizer, items, chat=False)),
                         "completions": args.prompts * args.group,
-                        "tokens": row[LEN_MEAN] * args.prompts * args.group,
+                        "tokens": row[LEN_MEAN] * args.prompts * args.group, "len_max": row[LEN_MAX],
+                        "prompt_tokens": _prompt_tokens(tokenizer, [it.prompt for it in items], args.group),
                         "len_mean": row[LEN_MEAN], "reward": row[REWARD_MEAN]})
     config = {"algo": cfg.algo.name, "clip": [cfg.algo.clip_low, cfg.algo.clip_high],
               "aggregation": cfg.algo.options.get("aggregation", "sequence mean (GSPO)"), "adv": f"(r - mean) / (std + {cfg.algo.adv_eps})",
@@ -139,8 +163,16 @@ def run_gspo(args, work: dict) -> dict:
               "minibatches": cfg.train.minibatches, "epochs": cfg.train.epochs, "lr": cfg.train.lr,
               "betas": list(cfg.train.adam_betas), "max_grad_norm": cfg.train.max_grad_norm,
               "temperature": cfg.rollout.temperature, "top_p": cfg.rollout.top_p,
-              "engine": cfg.rollout.engine, "compile": cfg.train.get("compile", None)}
-    return {"startup": startup, "batches": batches, "config": config}
+              "engine": cfg.rollout.engine, "kv_cache": cfg.rollout.kv_cache, "compile": cfg.train.get("compile", None),
+              "model.dtype": cfg.model.dtype,
+              "train.precision": resolve_precision(cfg.train.precision, storage)}
+    return {"startup": startup, "batches": batches, "config": config, **_weights(model)}
+
+
+def _weights(model) -> dict:
+    """Parameters (tied embeddings once) and bytes per stored weight: the decode step's weight-read floor."""
+    params = list(model.parameters())
+    return {"params": sum(p.numel() for p in params), "weight_bytes": params[0].element_size()}
 
 
 def run_trl(args, work: dict) -> dict:
@@ -165,14 +197,22 @@ def run_trl(args, work: dict) -> dict:
     def reward(prompts, completions, gold, completion_ids, **_):
         seen.append({"prompts": _prompt_hash(list(prompts)[:: args.group]),  # each prompt comes G times
                      "completions": len(completions),
-                     "tokens": sum(len(c) for c in completion_ids)})
+                     "tokens": sum(len(c) for c in completion_ids), "len_max": max(len(c) for c in completion_ids),
+                     "prompt_tokens": _prompt_tokens(tokenizer, list(prompts)[:: args.group], args.group)})
         return [float(grade_arith(c, g)) for c, g in zip(completions, gold, strict=True)]
 
     n = args.prompts * args.group
+    # the best Hugging Face setting: a static cache, whose decode step transformers compiles (TRL >= 1.x has the
+    # field; older versions take it through generation_kwargs)
+    static = {}
+    if args.arm == "trl-static":
+        fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+        static = ({"cache_implementation": "static"} if "cache_implementation" in fields
+                  else {"generation_kwargs": {"cache_implementation": "static"}})
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"), report_to="none", save_strategy="no",
         use_cpu=args.device == "cpu",
-        bf16=False, fp16=False, seed=0, max_steps=n_batches * args.updates, logging_steps=args.updates,
+        bf16=args.precision == "bf16", fp16=False, seed=0, **static, max_steps=n_batches * args.updates, logging_steps=args.updates,
         disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False, disable_dropout=True,
         num_generations=args.group, per_device_train_batch_size=n // args.updates, gradient_accumulation_steps=1,
         steps_per_generation=args.updates, num_iterations=1, max_completion_length=args.max_new_tokens,
@@ -228,8 +268,9 @@ def run_trl(args, work: dict) -> dict:
         "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
         "num_iterations", "max_completion_length", "temperature", "top_p", "top_k", "learning_rate",
         "lr_scheduler_type", "adam_beta1", "adam_beta2", "max_grad_norm", "beta", "epsilon", "epsilon_high",
-        "loss_type", "scale_rewards", "importance_sampling_level", "shuffle_dataset", "disable_dropout")}}
-    return {"startup": startup, "batches": batches, "config": cfg}
+        "loss_type", "scale_rewards", "importance_sampling_level", "shuffle_dataset", "disable_dropout", "bf16")},
+        "cache": static or "dynamic (default)"}
+    return {"startup": startup, "batches": batches, "config": cfg, **_weights(model)}
 
 
 def child(args) -> None:
@@ -239,7 +280,7 @@ def child(args) -> None:
     print("RESULT " + json.dumps(out))
 
 
-WORK_KEYS = ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "device")  # what makes the work
+WORK_KEYS = ("prompts", "group", "max_new_tokens", "updates", "lr", "threads", "device", "precision")  # the work
 
 
 def add_work_args(ap: argparse.ArgumentParser) -> None:
@@ -251,6 +292,8 @@ def add_work_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (both arms)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: gspo bf16 weights + fp32 master; TRL bf16=True (autocast)")
 
 
 def child_flags(args, keys: tuple[str, ...] = WORK_KEYS) -> list[str]:
@@ -272,8 +315,12 @@ def spawn(args, arm: str, algo: str, work_file: str, extra: list[str], env: dict
 def summarise(res: dict, warmup: int, updates: int) -> dict:
     """Means over a process's measured batches (its first `warmup` ones are dropped)."""
     kept = res["batches"][warmup:]
-    mean = {k: statistics.fmean(b[k] for b in kept) for k in ("wall", "cpu", *PHASES, "len_mean", "tokens")}
+    mean = {k: statistics.fmean(b[k] for b in kept)
+            for k in ("wall", "cpu", *PHASES, "len_mean", "tokens", "len_max", "prompt_tokens")}
     return {**mean, "per_update": mean["wall"] / updates, "tokens_per_s": mean["tokens"] / mean["wall"],
+            "ms_per_decode_step": 1e3 * mean["generation"] / max(mean["len_max"], 1),
+            "generated_per_s": mean["tokens"] / mean["generation"], "params": res["params"],
+            "weight_bytes": res["weight_bytes"],
             "prompts": [b["prompts"] for b in res["batches"]], "completions": [b["completions"] for b in kept],
             "peak_rss_mb": res["peak_rss_mb"], "startup": res["startup"],
             "first": res["batches"][0]["wall"]}  # the first (warm-up) batch: a compile's cost is paid there
@@ -300,10 +347,30 @@ def compare(args, algo: str, work_file: str, work: dict) -> dict:
     return {"algo": algo, "runs": runs, "configs": configs}
 
 
-def report(args, result: dict, work: dict) -> None:
+def device_lines(args, runs: dict[str, list[dict]], device: dict) -> None:
+    """Per arm: ms per decode step, generated tokens/s of generation, the weight-read floor, the update's MFU."""
+    sheet = device["datasheet"]
+    measured = device["bandwidth_measured"]
+    peak = sheet[args.precision] if sheet else None
+    print(f"  device {device['name']}: copy bandwidth {measured / 1e9:,.0f} GB/s measured"
+          + (f", {sheet['bandwidth'] / 1e12:.2f} TB/s datasheet ({sheet['name']}); dense {args.precision} peak "
+             f"{peak / 1e12:,.0f} TFLOP/s datasheet" if sheet else "; no datasheet row (MFU not computed)"))
+    print(f"  {'arm':>10} {'ms/decode step':>15} {'gen tok/s':>10} {'floor ms (meas.)':>17} {'floor ms (sheet)':>17} "
+          f"{'update MFU':>11} {'params':>12}")
+    for arm, rows in runs.items():
+        params, wbytes = rows[0]["params"], rows[0]["weight_bytes"]
+        tokens = _med(rows, "prompt_tokens") + _med(rows, "tokens")
+        util = mfu(params, tokens, _med(rows, "update"), peak)
+        floor_sheet = f"{weight_floor_ms(params, wbytes, sheet['bandwidth']):17.3f}" if sheet else f"{'-':>17}"
+        print(f"  {arm:>10} {_med(rows, 'ms_per_decode_step'):15.2f} {_med(rows, 'generated_per_s'):10,.0f} "
+              f"{weight_floor_ms(params, wbytes, measured):17.3f} {floor_sheet} "
+              f"{f'{util:.1%}' if util is not None else '-':>11} {params:12,d}")
+
+
+def report(args, result: dict, work: dict, device: dict) -> None:
     runs, algo = result["runs"], result["algo"]
     print(f"\n== {algo.upper()}: B={args.prompts} prompts x G={args.group}, {args.max_new_tokens} new tokens, "
-          f"{args.updates} optimizer steps per rollout batch, lr {args.lr}, fp32, {args.threads} threads; "
+          f"{args.updates} optimizer steps per rollout batch, lr {args.lr}, {args.precision}, {args.threads} threads; "
           f"{args.repeats} alternating repeats x {args.batches} rollout batches (+{args.warmup} warm-up) ==")
     for arm, cfg in result["configs"].items():
         print(f"  {arm} config: {json.dumps(cfg)}")
@@ -315,25 +382,27 @@ def report(args, result: dict, work: dict) -> None:
               + " ".join(f"{_med(rows, p):10.3f}" for p in PHASES)
               + f" {_med(rows, 'tokens_per_s'):7.0f} {max(r['peak_rss_mb'] for r in rows):8.0f}"
               f" {_med(rows, 'startup'):8.1f} {_med(rows, 'first'):7.2f} {_med(rows, 'len_mean'):6.1f}")
-    if set(runs) == {"gspo", "trl"}:
-        ratio = statistics.median(t["wall"] / g["wall"] for t, g in zip(runs["trl"], runs["gspo"], strict=True))
-        cpu = statistics.median(t["cpu"] / g["cpu"] for t, g in zip(runs["trl"], runs["gspo"], strict=True))
-        rss = max(r["peak_rss_mb"] for r in runs["gspo"]) / max(r["peak_rss_mb"] for r in runs["trl"])
+    device_lines(args, runs, device)
+    for trl in [a for a in runs if a.startswith("trl") and "gspo" in runs]:
+        ratio = statistics.median(t["wall"] / g["wall"] for t, g in zip(runs[trl], runs["gspo"], strict=True))
+        cpu = statistics.median(t["cpu"] / g["cpu"] for t, g in zip(runs[trl], runs["gspo"], strict=True))
+        rss = max(r["peak_rss_mb"] for r in runs["gspo"]) / max(r["peak_rss_mb"] for r in runs[trl])
         same_prompts = all(r["prompts"] == [_prompt_hash(p) for p in work["prompts"]]
                            for rows in runs.values() for r in rows)
         same_count = {c for rows in runs.values() for r in rows for c in r["completions"]} == {args.prompts * args.group}
         lens = {a: _med(rows, "len_mean") for a, rows in runs.items()}
-        similar = abs(lens["trl"] - lens["gspo"]) <= 0.1 * max(lens.values())
-        each = ", ".join(f"{t['wall'] / g['wall']:.2f}" for t, g in zip(runs["trl"], runs["gspo"], strict=True))
-        print(f"  ratio TRL/gspo, s per rollout batch (median of {args.repeats} repeats): {ratio:.2f}; "
+        similar = abs(lens[trl] - lens["gspo"]) <= 0.1 * max(lens.values())
+        each = ", ".join(f"{t['wall'] / g['wall']:.2f}" for t, g in zip(runs[trl], runs["gspo"], strict=True))
+        print(f"  ratio {trl}/gspo, s per rollout batch (median of {args.repeats} repeats): {ratio:.2f}; "
               f"per repeat: {each}")
-        print(f"  ratio TRL/gspo, process CPU seconds per rollout batch (median; robust to other load): {cpu:.2f}")
-        print(f"  peak RSS gspo/TRL: {rss:.2f}")
+        print(f"  ratio {trl}/gspo, process CPU seconds per rollout batch (median; robust to other load): {cpu:.2f}")
+        print(f"  peak RSS gspo/{trl}: {rss:.2f}")
         print(f"  same work: prompts {'identical' if same_prompts else 'DIFFER'}, completions per batch "
               f"{'identical' if same_count else 'DIFFER'} ({args.prompts * args.group}), mean length "
-              f"gspo {lens['gspo']:.1f} vs TRL {lens['trl']:.1f} ({'similar' if similar else 'NOT similar'})")
-        result["cpu_ratio"] = cpu
-        result["ratio"], result["rss_ratio"], result["same_work"] = ratio, rss, same_prompts and same_count and similar
+              f"gspo {lens['gspo']:.1f} vs {trl} {lens[trl]:.1f} ({'similar' if similar else 'NOT similar'})")
+        key = "" if trl == "trl" else f"_{trl.removeprefix('trl-')}"  # ratio (default TRL), ratio_static, ...
+        result[f"cpu_ratio{key}"], result[f"ratio{key}"], result[f"rss_ratio{key}"] = cpu, ratio, rss
+        result[f"same_work{key}"] = same_prompts and same_count and similar
 
 
 def scaling(args, work_dir: str) -> None:
@@ -367,7 +436,7 @@ def scaling(args, work_dir: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="grpo,gspo", help="comma-separated: grpo, gspo")
-    ap.add_argument("--arms", default="gspo,trl", help="comma-separated: gspo, trl")
+    ap.add_argument("--arms", default="gspo,trl", help="comma-separated: gspo, trl, trl-static")
     ap.add_argument("--repeats", type=int, default=5, help="alternating processes per arm")
     ap.add_argument("--batches", type=int, default=3, help="measured rollout batches per process")
     ap.add_argument("--warmup", type=int, default=1, help="rollout batches per process not counted")
@@ -389,7 +458,7 @@ def main() -> None:
         child(args)
         return
     args.algos, args.arms = args.algos.split(","), args.arms.split(",")
-    if bad := [a for a in args.arms if a not in ("gspo", "trl")] + [a for a in args.algos if a not in ("grpo", "gspo")]:
+    if bad := [a for a in args.arms if a not in ARMS] + [a for a in args.algos if a not in ("grpo", "gspo")]:
         ap.error(f"unknown arm or algo: {', '.join(bad)}")
     if args.prompts * args.group % args.updates:
         ap.error("--prompts x --group must divide into --updates optimizer steps")
@@ -398,7 +467,10 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"torch {torch.__version__}, python {platform.python_version()}; load average at start "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    if "trl" in args.arms:
+    device = describe(torch.device(args.device))  # before the arms: their processes have the device to themselves
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    if any(a.startswith("trl") for a in args.arms):
         import transformers
         import trl
 
@@ -415,7 +487,7 @@ def main() -> None:
             with open(path, "w") as f:
                 json.dump(work, f)
             result = compare(args, algo, path, work)
-            report(args, result, work)
+            report(args, result, work, device)
             results.append(result)
     print(f"load average at end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.json:

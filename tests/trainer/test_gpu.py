@@ -87,3 +87,100 @@ def test_gradient_checkpointing_lowers_peak_memory_at_qwen3_0_6b_shape():
     plain = measure(checkpointing=False, n=4, t=256)
     checkpointed = measure(checkpointing=True, n=4, t=256)
     assert checkpointed["peak_above_base_gib"] < 0.5 * plain["peak_above_base_gib"], (plain, checkpointed)
+
+
+def _cuda_pair(model, tokenizer, prompts, *, seed, max_new_tokens, **kw):
+    """The growing cache's eager loop and the CUDA graph's replays on the same prompts: (dynamic, static, engine)."""
+    from gspo.trainer.engines.hf_engine import HFEngine
+
+    opts = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": max_new_tokens, "batch_size": 256,
+            "want_logprobs": True} | kw
+    engine = HFEngine(model, tokenizer, kv_cache="static", **opts)
+    static = engine.generate(prompts, seed=seed)
+    dynamic = HFEngine(model, tokenizer, kv_cache="dynamic", **opts).generate(prompts, seed=seed)
+    return dynamic, static, engine
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8)])
+def test_graph_decoding_draws_the_eager_tokens_on_cuda(temperature, top_p):
+    """The captured decode step (one CUDA graph per token) draws token for token what the eager loop draws, in
+    fp32; its log-probs are the trainer's within 1e-5 (the first update's ratio is 1); a second generation of
+    the same bucket replays the same graph."""
+    from gspo.trainer.model.logprobs import completion_logprobs
+    from tests.trainer.test_rollout import _tiny
+    from tests.trainer.test_static_decode import WIDE
+
+    model, tokenizer = _tiny()
+    model.cuda()
+    dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 8, seed=3, max_new_tokens=40,
+                                         temperature=temperature, top_p=top_p)
+    assert engine.static.graph is not None  # captured, not the eager fallback
+    assert torch.equal(dynamic.input_ids, static.input_ids)
+    torch.testing.assert_close(static.engine_logp, dynamic.engine_logp, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        logp = completion_logprobs(model, static.input_ids, static.attention_mask, static.n_completion,
+                                   temperature=temperature, top_p=top_p, chunk=64)
+    mask = static.completion_mask.bool()
+    assert (torch.exp(logp - static.engine_logp)[mask] - 1).abs().max() < 1e-5
+    graph = engine.static.graph
+    again = engine.generate(WIDE * 8, seed=3)
+    assert engine.static.graph is graph and torch.equal(again.input_ids, static.input_ids)
+
+
+def _qwen3_0_6b_shape(dtype):
+    from gspo.evals.arith import ALPHABET
+    from gspo.trainer.model.models import QWEN3_0_6B as Q
+    from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
+
+    tokenizer = build_char_tokenizer(ALPHABET, size=Q["vocab_size"])
+    model = build_tiny_qwen3(Q["vocab_size"], hidden_size=Q["hidden_size"], num_layers=Q["num_layers"],
+                             intermediate_size=Q["intermediate_size"], num_heads=Q["num_heads"],
+                             num_kv_heads=Q["num_kv_heads"], head_dim=Q["head_dim"], seed=0, max_positions=4096)
+    return model.to("cuda", dtype).eval(), tokenizer
+
+
+def test_graph_decoding_at_qwen3_0_6b_shape_same_tokens_in_fp32_and_faster_in_bf16():
+    """At a real model's shape: fp32, the graph's tokens are the eager loop's; bf16, a graph step costs less
+    than half an eager one (the eager loop is launch-bound there: 35 ms per step in fp32, issue 43)."""
+    import time
+
+    from tests.trainer.test_static_decode import WIDE
+
+    model, tokenizer = _qwen3_0_6b_shape(torch.float32)
+    dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=1, max_new_tokens=32)
+    assert engine.static.graph is not None
+    assert torch.equal(dynamic.input_ids, static.input_ids)
+    torch.testing.assert_close(static.engine_logp, dynamic.engine_logp, rtol=0, atol=1e-4)
+    model = model.to(torch.bfloat16)
+    _, _, engine = _cuda_pair(model, tokenizer, WIDE * 20, seed=1, max_new_tokens=64)
+    engine.eos_ids = [-1]  # every row decodes 64 tokens
+    seconds = {}
+    for kv_cache in ("static", "dynamic", "static"):
+        engine.kv_cache = kv_cache
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        engine.generate(WIDE * 20, seed=2)
+        torch.cuda.synchronize()
+        seconds[kv_cache] = time.perf_counter() - t0  # the second static run: the graph already captured
+    assert seconds["static"] < 0.5 * seconds["dynamic"], seconds
+
+
+def test_a_qwen3_moe_decode_step_on_cuda_draws_the_eager_tokens():
+    """transformers' default grouped_mm experts read nothing back to the host: the step is captured. Its eager
+    expert loop does (nonzero), which a capture cannot hold: the capture raises and the decoder runs the step
+    uncaptured. The eager loop's tokens either way."""
+    from gspo.evals.arith import ALPHABET
+    from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
+    from tests.trainer.test_static_decode import WIDE
+
+    tokenizer = build_char_tokenizer(ALPHABET)
+    model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,
+                             num_kv_heads=1, seed=3, num_experts=8, experts_per_token=2,
+                             moe_intermediate_size=16).cuda().eval()
+    dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=2, max_new_tokens=24)
+    assert torch.equal(dynamic.input_ids, static.input_ids)
+    assert engine.static.graph is not None
+    model.set_experts_implementation("eager")
+    dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=2, max_new_tokens=24)
+    assert torch.equal(dynamic.input_ids, static.input_ids)
+    assert engine.static.graph is None and not engine.static.graphs  # fell back, and said so

@@ -23,6 +23,7 @@ from gspo.trainer.engines.rollout import (
     concat_rollouts,
     eos_ids_of,
 )
+from gspo.trainer.engines.static_decode import StaticDecoder, bucket, pick
 from gspo.trainer.model.logprobs import sampling_logits
 from gspo.trainer.model.models import DTYPES
 from gspo.trainer.parallel import fsdp
@@ -43,7 +44,7 @@ def build(cfg, model, tokenizer, *, want_logprobs: bool) -> HFEngine:
     return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                     batch_size=r.batch_size, want_logprobs=want_logprobs,
                     autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler,
-                    record_routing=cfg.algo.routing_replay == "rollout")
+                    record_routing=cfg.algo.routing_replay == "rollout", kv_cache=r.kv_cache)
 
 
 class HFEngine:
@@ -60,8 +61,10 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int,
                  batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None,
-                 sampler: str = "lean", record_routing: bool = False):
+                 sampler: str = "lean", record_routing: bool = False, kv_cache: str = "auto"):
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
+        self.kv_cache = kv_cache  # lean sampler: static, dynamic, or auto (static on CUDA); see _static_for
+        self.static: StaticDecoder | None = None  # the last shape's buffers (and graph), reused while it fits
         self.record_routing = record_routing  # MoE, lean sampler: keep the experts each decoding forward chose (R3)
         # a sampler in lower precision than the trainer (rollout.dtype): the mismatch inference engines have
         self.autocast_dtype = autocast_dtype
@@ -154,9 +157,14 @@ class HFEngine:
         Row i draws with its own uniforms (`sampler`, seeded seed + i), the draws `generate` makes with the
         same sampler, token for token; ended rows keep their place, and it checks once per token whether
         every row has ended (one host sync per token). Under FSDP every rank decodes until all ranks' rows
-        have ended (each forward is a collective), as transformers' synced_gpus does."""
+        have ended (each forward is a collective), as transformers' synced_gpus does. With a fixed-shape cache
+        (`_static_on`; not under FSDP, nor while recording MoE routing) a StaticDecoder draws the same tokens,
+        one CUDA graph per token on CUDA and a host sync every few tokens (static_decode.py)."""
         greedy = sampler is None
         lockstep = fsdp.is_sharded(self.model)
+        if experts is None and not lockstep and self._static_on(input_ids.device):
+            return self._static_for(input_ids.shape, max_new_tokens, greedy).decode(
+                input_ids, attention_mask, None if greedy else sampler.seeds)
         n = input_ids.shape[0]
         pad = self.tokenizer.pad_token_id
         eos = torch.tensor(self.eos_ids, device=input_ids.device)
@@ -174,14 +182,10 @@ class HFEngine:
         done = torch.zeros(n, dtype=torch.bool, device=input_ids.device)
         tokens, logps, ents = [], [], []
         for t in range(max_new_tokens):
-            logits = sampling_logits(out.logits[:, -1].float(), self.temperature, self.top_p)  # [N, V]
-            if greedy:
-                token = logits.argmax(-1)
-            else:
-                probs, logp = torch.softmax(logits, -1), torch.log_softmax(logits, -1)
-                token = sampler.draw(probs)  # row i at its own uniform, as generate draws it
-                logps.append(logp.gather(-1, token.unsqueeze(-1)).squeeze(-1))
-                ents.append(-(probs * logp).sum(-1))
+            token, logp, ent = pick(out.logits[:, -1], sampler, self.temperature, self.top_p)  # [N] each
+            if not greedy:
+                logps.append(logp)
+                ents.append(ent)
             token = token.masked_fill(done, pad)
             tokens.append(token)
             done = done | torch.isin(token, eos)
@@ -197,6 +201,25 @@ class HFEngine:
         if greedy:
             return completion, None, None
         return completion, torch.stack(logps, dim=1), torch.stack(ents, dim=1)
+
+    def _static_on(self, device: torch.device) -> bool:
+        """Whether the lean loop decodes into a fixed-shape cache: rollout.kv_cache=static, or auto on CUDA (where
+        the graph pays; on the CPU the growing cache measured faster, docs/performance.md)."""
+        return self.kv_cache == "static" or (self.kv_cache == "auto" and device.type == "cuda")
+
+    def _static_for(self, shape: torch.Size, max_new_tokens: int, greedy: bool) -> StaticDecoder:
+        """The decoder for N prompts of width P ([N, P]): the last one where its shape and weights still fit,
+        else a new one (the old one's buffers dropped first, so two caches never coexist)."""
+        n, width = shape
+        device = next(self.model.parameters()).device
+        key = (n, bucket(width + max_new_tokens), max_new_tokens, greedy, device, tuple(self.eos_ids))
+        if self.static is None or not self.static.fits(key, self.model):
+            self.static = None
+            self.static = StaticDecoder(self.model, n=n, capacity=key[1], max_new_tokens=max_new_tokens, device=device,
+                                        cache_keyword=self.cache_keyword, eos_ids=self.eos_ids,
+                                        pad_id=self.tokenizer.pad_token_id, temperature=self.temperature,
+                                        top_p=self.top_p, greedy=greedy, graphs=True)
+        return self.static
 
 
 class PreallocatedLayer(DynamicLayer or object):

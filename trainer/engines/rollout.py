@@ -85,11 +85,16 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
-def row_uniforms(seeds: torch.Tensor, step: int) -> torch.Tensor:
+def row_uniforms(seeds: torch.Tensor, step: int | torch.Tensor) -> torch.Tensor:
     """[n] int64 seeds, a token index -> [n] float64 uniforms in [0, 1): a counter-based draw (SplitMix64
     of the seed's own stream at position `step`), so row i's draw at token t depends on (seeds[i], t) alone,
-    whatever else is in the batch, on any device, in one vectorised op."""
-    x = _mix(_mix(seeds) + _int64((step + 1) * _GOLDEN % (1 << 64)))
+    whatever else is in the batch, on any device, in one vectorised op. `step` may be a 0-dim int64 tensor
+    on the seeds' device (a captured decode step reads it there; its product wraps modulo 2**64 as the int's)."""
+    if isinstance(step, torch.Tensor):
+        offset = (step + 1) * _int64(_GOLDEN)
+    else:
+        offset = _int64((step + 1) * _GOLDEN % (1 << 64))
+    x = _mix(_mix(seeds) + offset)
     return _shr(x, 11).double() * 2.0**-53
 
 
@@ -105,14 +110,17 @@ class RowSampler(LogitsProcessor):
         self.temperature, self.top_p = temperature, top_p
         self.step = 0  # the next token's index: the lean loop and generate both ask once per token
 
-    def draw(self, probs: torch.Tensor) -> torch.Tensor:
+    def draw(self, probs: torch.Tensor, step: torch.Tensor | None = None) -> torch.Tensor:
         """[n, V] probabilities -> [n] token ids: the first token whose cumulative probability exceeds the
-        row's uniform (a zero-probability token, outside the nucleus, is never the first)."""
+        row's uniform (a zero-probability token, outside the nucleus, is never the first). The token index is
+        the sampler's own count, or `step` (a 0-dim device tensor, which a captured decode step advances)."""
         cdf = probs.float().cumsum(-1)  # [n, V] fp32: a float64 cumsum costs ~13x more over a 32k vocabulary
         total = cdf[:, -1]
         # strictly below the total, so the token found has probability > 0 even where rounding reaches it
-        u = torch.minimum(row_uniforms(self.seeds, self.step).float() * total, torch.nextafter(total, total.new_zeros(())))
-        self.step += 1
+        uniform = row_uniforms(self.seeds, self.step if step is None else step).float()
+        u = torch.minimum(uniform * total, torch.nextafter(total, total.new_zeros(())))
+        if step is None:
+            self.step += 1
         return torch.searchsorted(cdf, u.unsqueeze(-1), right=True).squeeze(-1)  # [n]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
