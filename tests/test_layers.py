@@ -26,7 +26,7 @@ MAY_IMPORT = {
 # The trainer's rooms, lowest first: a room imports only rooms before it in this list (and itself); the recipe
 # modules at the trainer's top (RECIPE) may import every room, and no room imports them.
 ROOMS = ("run", "model", "parallel", "tasks", "engines", "step")
-RECIPE = {"loop", "evaluate", "policy", "coldstart", "state", "preflight"}
+RECIPE = {"loop", "evaluate", "policy", "coldstart", "state", "preflight", "assets"}
 
 
 def _modules() -> dict[str, Path]:

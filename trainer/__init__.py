@@ -8,8 +8,8 @@ parallel/  processes and shards: data parallelism, FSDP, MoE routing shared acro
 tasks/     training tasks: what a task is, the task registry, the code task
 engines/   rollout engines: the Engine interface and its Capabilities, hf, vLLM, their registry, `Rollout`
 step/      one training step: sampling, scoring, advantages, the update, metric reduction, its context
-loop.py, evaluate.py, policy.py, coldstart.py, state.py, preflight.py (every pre-run check, one pass): the
-recipe that composes the rooms into a run.
+loop.py, evaluate.py, policy.py, coldstart.py, state.py, preflight.py (every pre-run check, one pass), assets.py
+(the hub assets a config needs, for `gspo fetch` and the offline check): the recipe that composes the rooms into a run.
 
 The trainer may import algos, conf and evals; only report/ and cli/ import the trainer.
 """
