@@ -196,7 +196,7 @@ def _open_run(cfg, run: RunDir, ckpt: Path | None, start: int, world: World, unr
     atomic_write_text(run.path / ESTIMATOR_CARD, estimator_card(cfg, world_size=world.size))  # `gspo explain`'s card
     run.set_status("running", step=start, run_dir=str(run.path), **({"world_size": world.size} if world.size > 1 else {}),
                    **({"unreadable_steps": unrebuilt} if unrebuilt else {}), **({"start": origin} if origin else {}),
-                   **_past_stop(run, cfg))
+                   **(_past_stop(run, cfg) if world.main else {}))  # [distributed] only rank 0 reads run.json
 
 
 def check_stopped(run: RunDir, past_stop: bool) -> None:
