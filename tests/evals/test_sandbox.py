@@ -165,7 +165,8 @@ def test_every_backend_runs_limits_and_cleans_up(backend):
         assert sb.run(Job(code="print(sum(map(int, input().split())))", stdin="2 3\n")).stdout == "5\n"
         assert sb.run(Job(code="while True: pass", cpu_s=0.3, wall_s=30)).limit == "cpu"
         daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(30)\nprint('parent done')"
-        assert sb.run(Job(code=daemon)).stdout == "parent done\n"
+        res = sb.run(Job(code=daemon))
+        assert res.stdout == "parent done\n", res
 
 
 def test_parallel_map_keeps_order_and_shows_progress():
