@@ -107,14 +107,20 @@ def cold_start_path(spec: ColdStartSpec, cache_dir: str | None,
                 "one into the cache; a start built here depends on this machine's CPU (the shipped ones do not)")
         for stale in root.glob(f".build-{key}-*"):  # left by a builder killed mid-build (the lock is ours now)
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=root))
-        try:
-            _build(spec, tmp, log, progress, final)
-            seal_folder(tmp)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _build_sealed(spec, final, log, progress)
     return final
+
+
+def _build_sealed(spec: ColdStartSpec, final: Path, log: Callable[[str], None], progress: bool) -> None:
+    """Build into a `.build-<key>-*` folder beside `final`, seal it, then rename it into place: a kill or a full
+    disk leaves no half-built folder under the key."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".build-{spec.key()}-", dir=final.parent))
+    try:
+        _build(spec, tmp, log, progress, final)
+        seal_folder(tmp)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def start_record(folder: Path) -> dict:
@@ -134,13 +140,7 @@ def rebuild(spec: ColdStartSpec, out: Path, log: Callable[[str], None] = print, 
     if final.exists():
         raise GspoError(f"{final} exists: name another folder (--out) for the rebuild")
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".build-{spec.key()}-", dir=out))
-    try:
-        _build(spec, tmp, log, progress, final)
-        seal_folder(tmp)
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    _build_sealed(spec, final, log, progress)
     return final
 
 
