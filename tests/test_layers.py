@@ -1,5 +1,6 @@
 """The import layers of docs/DESIGN.md, read from the source with `ast`: each layer imports only what it
-may (algos: itself; conf: itself; evals: conf; trainer: algos, conf, evals; report: those and trainer; cli: anything), no import
+may (algos: itself; conf: itself; evals: conf; trainer: algos, conf, evals; report: those and trainer; study: those
+and report; cli: anything), no import
 circle between modules, no import of a project module inside a function outside cli/ (where lazy loading
 keeps `--help` fast), and no private name imported from another module.
 
@@ -20,7 +21,8 @@ MAY_IMPORT = {
     "evals": {"conf", "evals"},
     "trainer": {"algos", "conf", "evals", "trainer"},
     "report": {"algos", "conf", "evals", "trainer", "report"},  # reads what the trainer writes; trains nothing
-    "cli": {"algos", "conf", "evals", "trainer", "report", "cli"},
+    "study": {"algos", "conf", "evals", "trainer", "report", "study"},  # plans, launches, resumes, decides experiments
+    "cli": {"algos", "conf", "evals", "trainer", "report", "study", "cli"},
 }
 
 # The trainer's rooms, lowest first: a room imports only rooms before it in this list (and itself); the recipe
