@@ -21,6 +21,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+# `gspo` as installed beside this interpreter (a venv's bin/ or the system's), else whatever PATH finds
+CONSOLE_SCRIPT = str(Path(sys.executable).parent / "gspo") if (Path(sys.executable).parent / "gspo").is_file() else "gspo"
+
 TINY = [
     "model.tiny.hidden_size=32",
     "model.tiny.num_layers=1",
@@ -124,8 +127,10 @@ class Gspo:
         return out / run_id
 
     def subprocess(self, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        """The installed console script `gspo <args>`, with captured text output."""
-        return subprocess.run(["gspo", *args], cwd=cwd, env=self.env, capture_output=True, text=True,
+        """The installed console script `gspo <args>`, with captured text output: the one installed beside the
+        interpreter running the tests (a venv's, whether or not it is on PATH: .ci/vllm runs its venv's python
+        without activating it, and the `gspo` on PATH was then the main environment's, which has no vLLM)."""
+        return subprocess.run([CONSOLE_SCRIPT, *args], cwd=cwd, env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
 
     def batch(self, commands: list[tuple[list[str], Path]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
