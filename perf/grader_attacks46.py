@@ -9,9 +9,11 @@
   astral    the grader's peak RSS growth (fresh process) grading 16 MiB of output: one huge first token, one
             astral character, a leading and a trailing space (CPython stores the text at 4 bytes a char)
   quotas    per-uid kernel quotas: one sandbox's program takes the pipe pages (fs.pipe-user-pages-soft, pipes
-            raised to 1 MiB) and forks until refused, and holds them; meanwhile a second sandbox on the same
-            backend, a plain-backend sandbox and this grader each make a pipe (its size; can it be raised to
-            1 MiB?), fork 4 children and call inotify_init1 (denied inside by seccomp; the grader's own)
+            raised to 1 MiB), forks until refused, opens POSIX message queues (RLIMIT_MSGQUEUE) and queues
+            real-time signals to itself (RLIMIT_SIGPENDING) until refused, and holds them; meanwhile a second
+            sandbox on the same backend, a plain-backend sandbox and this grader each make a pipe (its size;
+            can it be raised to 1 MiB?), fork 4 children, call inotify_init1 (denied inside by seccomp; the
+            grader's own), open a message queue and queue one real-time signal
 
     python perf/grader_attacks46.py                          # the default backend, every row
     GSPO_SANDBOX_BACKEND=unshare python perf/grader_attacks46.py --only chatty,limits
@@ -83,7 +85,21 @@ while True:
         time.sleep(60)
         os._exit(0)
     kids += 1
-print(raised, len(pipes), kids, flush=True)
+import ctypes, signal, threading
+libc = ctypes.CDLL(None, use_errno=True)
+queues = 0
+while queues < 64 and libc.mq_open(f"/q{queues}".encode(), 0o102, 0o600, None) >= 0:  # O_CREAT | O_RDWR
+    queues += 1  # ~80 KiB each (10 x 8 KiB) of RLIMIT_MSGQUEUE's per-user bytes
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+pending = 0
+try:
+    while pending < 1 << 20:
+        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)  # tgkill: queued, RLIMIT_SIGPENDING counts
+        pending += 1
+except OSError:
+    pass
+print(raised, len(pipes), kids, queues, pending, flush=True)
+ctypes.CDLL(None).prctl(15, b"gspo-hog-ready", 0, 0, 0)  # PR_SET_NAME: seen from outside (/proc/pid/stat)
 time.sleep(HOLD)
 """
 QUOTA_PROBE = """import ctypes, fcntl, json, os
@@ -104,11 +120,22 @@ for _ in range(4):
         os._exit(0)
     os.waitpid(pid, 0)
     forks += 1
-fd = ctypes.CDLL(None, use_errno=True).inotify_init1(0)
-print(json.dumps({"pipe_bytes": size, "raised_1mib": raised, "forks_of_4": forks,
-                  "inotify": "ok" if fd >= 0 else os.strerror(ctypes.get_errno())}))
-if fd >= 0:
-    os.close(fd)
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+inotify = "ok" if fd >= 0 else os.strerror(ctypes.get_errno())
+mq = libc.mq_open(f"/probe{os.getpid()}".encode(), 0o102, 0o600, None)
+mqueue = "ok" if mq >= 0 else os.strerror(ctypes.get_errno())
+if mq >= 0:
+    libc.mq_unlink(f"/probe{os.getpid()}".encode())
+import signal, threading
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+try:
+    signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)
+    queued = "ok"
+except OSError as e:
+    queued = e.strerror
+print(json.dumps({"pipe_bytes": size, "raised_1mib": raised, "forks_of_4": forks, "inotify": inotify,
+                  "mq_open": mqueue, "rt_signal_queued": queued}))
 """
 ASTRAL = "import os\nos.write(1, b' ' + b'1' * ((16 << 20) - 8) + '\\U0001F600'.encode() + b' \\n')"
 _CPUACCT = Path("/sys/fs/cgroup/cpuacct")
@@ -163,7 +190,7 @@ def astral() -> dict:
 
 
 def quotas() -> dict:
-    """Hog in one sandbox (held 8 s once ready: its tree has 60 fds or more), probes elsewhere meanwhile."""
+    """Hog in one sandbox (held 8 s once it has named itself ready), probes elsewhere meanwhile."""
     import threading
 
     import psutil
@@ -178,18 +205,17 @@ def quotas() -> dict:
         ready = False
         while worker.is_alive() and not ready:
             try:
-                tree = psutil.Process(a._proc.pid).children(recursive=True)
-                ready = sum(p.num_fds() for p in tree) >= 60 and len(tree) >= 8
+                ready = any(p.name() == "gspo-hog-ready" for p in psutil.Process(a._proc.pid).children(recursive=True))
             except psutil.Error:
                 pass
             time.sleep(0.05)
-        time.sleep(0.5)
         seen = {}
         for name, sb in (("second_sandbox", b), ("plain_sandbox", c)):
             r = sb.run(Job(code=QUOTA_PROBE, cpu_s=2))
             seen[name] = json.loads(r.stdout) if r.stdout.strip() else r.stderr.strip()[-200:]
         out = subprocess.run([sys.executable, "-c", QUOTA_PROBE], capture_output=True, text=True, check=False)
         seen["grader"] = json.loads(out.stdout) if out.stdout.strip() else out.stderr.strip()[-200:]
+        seen["hog_held_throughout"] = ready and worker.is_alive()
         worker.join()
     return {"attack": "per_uid_quotas", "grader_uid": os.geteuid(), "hog_pipes_and_forks": hog["r"].stdout.strip(),
             **seen}

@@ -604,6 +604,31 @@ def test_a_sandbox_that_drains_per_user_quotas_leaves_other_sandboxes_theirs(bac
         assert result.stdout == "65536 raised 4\n", (name, result)
 
 
+_QUEUES = """import ctypes, os, signal, threading
+libc = ctypes.CDLL(None, use_errno=True)
+mq = libc.mq_open(b"/q", 0o102, 0o600, None)  # O_CREAT | O_RDWR: 10 x 8 KiB of the uid's RLIMIT_MSGQUEUE bytes
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+queued = 0
+try:
+    while queued < 4096:
+        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)  # tgkill: queued, RLIMIT_SIGPENDING counts it
+        queued += 1
+except OSError:
+    pass
+print("mq", "ok" if mq >= 0 else os.strerror(ctypes.get_errno()), "queued", queued)
+"""
+
+
+def test_message_queue_bytes_and_pending_signals_are_bounded(backend):
+    """Both counts are per user and charged up the user namespaces to the uid that made them: for a non-root
+    grader its own (a sandbox held all 96,365 pending signals and every message-queue byte of the grader's
+    uid: the grader's own mq_open got EMFILE, its queued signals EAGAIN). RLIMIT_MSGQUEUE 0 refuses the
+    queue, RLIMIT_SIGPENDING stops the 65th signal; without them the queue opens and 4096 are queued."""
+    with Sandbox() as sb:
+        result = sb.run(Job(code=_QUEUES, cpu_s=5))
+    assert result.stdout == "mq Too many open files queued 64\n", result
+
+
 # --- Any backend whatever the interpreter's path ----------------------------------------------------------
 
 _PLAIN_RUN = """
