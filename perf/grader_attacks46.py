@@ -10,10 +10,11 @@
             astral character, a leading and a trailing space (CPython stores the text at 4 bytes a char)
   quotas    per-uid kernel quotas: one sandbox's program takes the pipe pages (fs.pipe-user-pages-soft, pipes
             raised to 1 MiB), forks until refused, opens POSIX message queues (RLIMIT_MSGQUEUE) and queues
-            real-time signals to itself (RLIMIT_SIGPENDING) until refused, and holds them; meanwhile a second
-            sandbox on the same backend, a plain-backend sandbox and this grader each make a pipe (its size;
-            can it be raised to 1 MiB?), fork 4 children, call inotify_init1 (denied inside by seccomp; the
-            grader's own), open a message queue and queue one real-time signal
+            real-time signals to itself (RLIMIT_SIGPENDING) until refused, tries 128 inotify instances, and
+            holds them; meanwhile a second sandbox on the same backend, a plain-backend sandbox and this
+            grader each make a pipe (its size; can it be raised to 1 MiB?), fork 4 children, call
+            inotify_init1 64 times (denied inside by seccomp; the grader's own), open a message queue and
+            queue one real-time signal. For a non-root grader, run the script as that uid.
 
     python perf/grader_attacks46.py                          # the default backend, every row
     GSPO_SANDBOX_BACKEND=unshare python perf/grader_attacks46.py --only chatty,limits
@@ -98,7 +99,10 @@ try:
         pending += 1
 except OSError:
     pass
-print(raised, len(pipes), kids, queues, pending, flush=True)
+watchers = 0
+while watchers < 128 and libc.inotify_init1(0) >= 0:  # fs.inotify.max_user_instances is 128 by default
+    watchers += 1
+print(raised, len(pipes), kids, queues, pending, watchers, flush=True)
 ctypes.CDLL(None).prctl(15, b"gspo-hog-ready", 0, 0, 0)  # PR_SET_NAME: seen from outside (/proc/pid/stat)
 time.sleep(HOLD)
 """
@@ -121,8 +125,11 @@ for _ in range(4):
     os.waitpid(pid, 0)
     forks += 1
 libc = ctypes.CDLL(None, use_errno=True)
-fd = libc.inotify_init1(0)
-inotify = "ok" if fd >= 0 else os.strerror(ctypes.get_errno())
+fds = [libc.inotify_init1(0) for _ in range(64)]
+inotify = f"{sum(fd >= 0 for fd in fds)} of 64"
+for fd in fds:
+    if fd >= 0:
+        os.close(fd)
 mq = libc.mq_open(f"/probe{os.getpid()}".encode(), 0o102, 0o600, None)
 mqueue = "ok" if mq >= 0 else os.strerror(ctypes.get_errno())
 if mq >= 0:
