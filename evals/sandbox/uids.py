@@ -9,7 +9,9 @@ them spends them for every other sandbox: a neighbour holding the pipe pages mad
 (on Linux >= 5.14 a user namespace's tasks still count toward its owner's uid). A lease is an exclusive
 flock on one file per uid in a root-only folder, so concurrent graders (pytest-xdist workers, grading
 processes) never share a uid, and the kernel releases it when the holder exits, however it ends. The
-grader releases it only after the sandbox's processes are gone (Runner.close).
+grader releases it only after the sandbox's processes are gone (Runner.close). The files stay (empty, one
+per uid ever leased at once): removing one that another grader has open would let a third lock a new file of
+the same name, two holders of one uid.
 
 The range: GSPO_SANDBOX_UIDS="first:count", by default 0x70000000 and 65536 uids (1879048192-1879113727):
 systemd's uid table leaves 1879048192-2147352575 unused, above container ranges (524288-1879048191) and
@@ -21,7 +23,6 @@ user can.
 from __future__ import annotations
 
 import fcntl
-import itertools
 import os
 import stat
 
@@ -29,7 +30,6 @@ from gspo.conf.errors import GspoError
 
 RANGE_ENV = "GSPO_SANDBOX_UIDS"
 DEFAULT_RANGE = (0x70000000, 1 << 16)
-_TURNS = itertools.count()
 
 
 def uid_range() -> tuple[int, int]:
@@ -61,13 +61,11 @@ class UidLease:
 
 
 def lease() -> UidLease:
-    """A uid of the range no other sandbox on this machine holds now. Starts at a place spread by pid and
-    turn, so concurrent graders rarely try the same files; OSError when every uid is held."""
+    """The lowest uid of the range no other sandbox on this machine holds now (so the lease files, one per uid,
+    number only the most sandboxes ever run at once: /run is a small tmpfs); OSError when every uid is held."""
     first, count = uid_range()
     folder = _lock_folder()
-    start = (os.getpid() * 7919 + next(_TURNS)) % count
-    for step in range(count):
-        uid = first + (start + step) % count
+    for uid in range(first, first + count):
         fd = os.open(os.path.join(folder, str(uid)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
