@@ -13,9 +13,11 @@ one after another, each in a fresh job server it forks. Layers, outermost first:
 
 Inside the package: `process` (Job, RunResult, Runner: launching and talking to the runner through a
 given backend), `backends` (bwrap, unshare, plain; the root uid-drop shim), `seccomp` (the filter every
-program runs under), `cgroup` (the sandbox's memory cgroup where the machine allows one), `choose` (the probe that observes what each backend really isolates, and the
+program runs under), `cgroup` (the sandbox's memory cgroup where the machine allows one), `uids` (a root grader's host uid
+per sandbox, leased), `choose` (the probe that observes what each backend really isolates, and the
 fail-closed choice), `runner` and `unshare` (code shipped into the sandbox as source). `sandbox_protections()` reports what the probe *observed*, and a
-warning names any protection that is missing. The modules import one another in that order only.
+warning names any protection that is missing. `choose` imports
+`process`, which imports `backends`, `seccomp`, `cgroup` and `uids`; `backends` imports `runner` and `unshare`.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ def sandbox_protections(backend: str | None = None) -> dict[str, bool]:
 
 
 def sandbox_backend(backend: str | None = None) -> str:
-    """Name of the backend in use, e.g. "bwrap (uid 65534)"."""
+    """Name of the backend in use, e.g. "bwrap (own uid)": a root grader's sandboxes each run as a host uid
+    of their own (uids.py)."""
     choice = _choose(backend)
-    return choice.name + (f" (uid {SANDBOX_UID})" if choice.drop_uid else "")
+    return choice.name + (" (own uid)" if choice.drop_uid else "")
 
 
 def accept_weak(enabled: bool) -> None:

@@ -16,9 +16,12 @@ inode-capped tmpfs /tmp and /dev/shm, the only writable places (runner._rn_isola
            of the filesystem as bwrap, built by unshare.py, and uid/gid 65534 in a nested user namespace
            with root unmapped (as bwrap's --uid); no capabilities, no further user namespaces.
   plain    a process group with rlimits, nothing more.
-Run as root, a small shim (`_shim_main`, shipped as source like the runner) first drops to uid/gid 65534
-(after exposing the Python prefix if it lives under a directory that uid cannot enter, such as /root): the
-kernel ignores RLIMIT_NPROC for real root, and root-owned host files must stay out of reach.
+Run as root, a small shim (`_shim_main`, shipped as source like the runner) first drops to a host uid/gid
+of the sandbox's own, leased from a range no one else uses (uids.py), after exposing the Python prefix if it
+lives under a directory that uid cannot enter, such as /root: the kernel ignores RLIMIT_NPROC for real
+root, root-owned host files must stay out of reach, and per-user quotas (tasks, pipe pages, inotify, message
+queues, pending signals) are then that sandbox's alone. Inside bwrap and unshare the program still sees uid
+65534 (SANDBOX_UID); the plain backend runs it as the leased uid itself.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from gspo.evals.sandbox.unshare import NS_FUNCTIONS
 
 log = logging.getLogger("gspo.evals.sandbox")  # the sandbox's one logger name, as log settings know it
 
-SANDBOX_UID = 65534  # "nobody": the uid programs run as when the grader itself runs as root
+SANDBOX_UID = 65534  # "nobody": the uid programs see inside bwrap and unshare (a root grader's host uid is leased)
 BACKENDS = ("bwrap", "unshare", "plain")
 # The backend's own /tmp and /dev/shm, under each job server's fresh ones: mount points of a Python prefix
 # that lives there, nothing else (runner._rn_isolate)
@@ -56,7 +59,7 @@ _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nss
 @dataclass(frozen=True)
 class Backend:
     name: str  # one of BACKENDS
-    drop_uid: bool  # root only: run everything as SANDBOX_UID
+    drop_uid: bool  # root only: run everything as a leased uid of the sandbox's own (uids.py)
 
 
 @functools.cache
@@ -64,8 +67,9 @@ def _source(*functions: Callable, call: str) -> str:
     return "\n\n".join(inspect.getsource(f) for f in functions) + f"\n\n{call}()\n"
 
 
-def launch_argv(choice: Backend, cfg: dict, env: dict[str, str]) -> list[str]:
-    """The command that starts the runner with `cfg` through `choice`: backend, then the root shim."""
+def launch_argv(choice: Backend, cfg: dict, env: dict[str, str], uid: int | None = None) -> list[str]:
+    """The command that starts the runner with `cfg` through `choice`: backend, then the root shim, which
+    drops to host uid/gid `uid` (choice.drop_uid: the sandbox's leased uid)."""
     under = [p for p in _python_paths() if any(p.startswith(t + "/") for t in _BASE_TMPFS)]
     cfg = {**cfg, "isolate": choice.name != "plain", "under_tmpfs": under}
     argv = [sys.executable, "-I", "-S", "-B", "-c", _source(*RUNNER_FUNCTIONS, call="_rn_main"),
@@ -75,7 +79,7 @@ def launch_argv(choice: Backend, cfg: dict, env: dict[str, str]) -> list[str]:
     elif choice.name == "unshare":
         argv = _unshare_argv(argv, cfg["root"], cfg["inodes"])
     if choice.drop_uid:
-        argv = _shim_argv(argv, cfg.get("cgroup"))
+        argv = _shim_argv(argv, cfg.get("cgroup"), uid)
     return argv
 
 
@@ -100,13 +104,13 @@ def _blocked_ancestor(path: str, uid: int, gid: int) -> str | None:
     return None
 
 
-def _shim_argv(argv: list[str], cgroup: str | None) -> list[str]:
+def _shim_argv(argv: list[str], cgroup: str | None, uid: int) -> list[str]:
     expose: dict[str, list[str]] = {}
     for path in _python_paths():
-        blocker = _blocked_ancestor(path, SANDBOX_UID, SANDBOX_UID)
+        blocker = _blocked_ancestor(path, uid, uid)
         if blocker:
             expose.setdefault(blocker, []).append(path)
-    cfg = {"uid": SANDBOX_UID, "gid": SANDBOX_UID, "expose": sorted(expose.items()), "cgroup": cgroup}
+    cfg = {"uid": uid, "gid": uid, "expose": sorted(expose.items()), "cgroup": cgroup}
     return [sys.executable, "-I", "-S", "-c", _source(_shim_main, call="_shim_main"), json.dumps(cfg), *argv]
 
 
@@ -164,7 +168,7 @@ def sandbox_env(workdir: str, session: str) -> dict[str, str]:
 
 def _shim_main() -> None:
     """Root only, before the backend: wait until the grader has moved us into the sandbox's memory cgroup
-    (before anything starts, so nothing escapes it), expose the Python prefix to the sandbox uid, drop to it, exec."""
+    (before anything starts, so nothing escapes it), expose the Python prefix to the sandbox's uid, drop to it, exec."""
     import ctypes
     import json
     import os

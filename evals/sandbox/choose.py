@@ -5,7 +5,8 @@ The probe records namespaces, whether SIGCHLD can be ignored (autoreaping), writ
 /dev/shm, /var/tmp), host unix sockets (by path and abstract name), nested user namespaces, the uid seen
 from the host, capabilities, limits and the seccomp filter. A backend is used for untrusted code only when
 it shows every STRONG protection, unless weak isolation is accepted explicitly (GSPO_SANDBOX_WEAK=1). A
-root grader always drops to SANDBOX_UID and refuses where it cannot (AS_ROOT): never a silent uid 0.
+root grader always drops to an unprivileged uid of the sandbox's own (uids.py) and refuses where it cannot
+(AS_ROOT): never a silent uid 0.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import tempfile
 import threading
 
 from gspo.conf.errors import GspoError
-from gspo.evals.sandbox.backends import BACKENDS, SANDBOX_UID, Backend, log, sandbox_env
+from gspo.evals.sandbox.backends import BACKENDS, Backend, log, sandbox_env
 from gspo.evals.sandbox.process import Job, Runner
 from gspo.evals.sandbox.seccomp import seccomp_program
 
@@ -109,7 +110,7 @@ def _can_drop_uid() -> bool:
 def _probe(choice: Backend) -> dict[str, bool] | str:
     """Run the probe program through `choice`; the protections it observed, or why it failed."""
     if choice.drop_uid and not _can_drop_uid():
-        return f"as root without CAP_SETUID/CAP_SETGID, programs cannot run as unprivileged uid {SANDBOX_UID}"
+        return "as root without CAP_SETUID/CAP_SETGID, programs cannot run as an unprivileged uid"
     canary = tempfile.mkdtemp(prefix="gspo-probe-")
     os.chmod(canary, 0o1777)  # writable by anyone: only isolation can stop the probe writing here
     host_ns = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in _NAMESPACES.values()}
@@ -176,7 +177,7 @@ def _warn_weak(choice: Backend) -> None:
     missing = [k for k, ok in probed(choice).items() if not ok]
     if missing:
         log.warning("sandbox backend %s%s lacks: %s; untrusted code is less contained", choice.name,
-                    " (uid 65534)" if choice.drop_uid else "", ", ".join(missing))
+                    " (own uid)" if choice.drop_uid else "", ", ".join(missing))
 
 
 def select_backend(name: str | None, *, strict: bool = True) -> Backend:

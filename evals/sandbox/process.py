@@ -35,9 +35,10 @@ from dataclasses import asdict, dataclass, field
 
 import psutil
 
-from gspo.evals.sandbox.backends import SANDBOX_UID, Backend, launch_argv, sandbox_env
+from gspo.evals.sandbox.backends import Backend, launch_argv, sandbox_env
 from gspo.evals.sandbox.cgroup import MemoryCgroup
 from gspo.evals.sandbox.seccomp import seccomp_program
+from gspo.evals.sandbox.uids import UidLease, lease
 
 log = logging.getLogger("gspo.evals.sandbox")
 
@@ -118,6 +119,7 @@ class Runner:
         self._choice = choice
         self._watch_uids = watch_uids
         self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
+        self.uid: UidLease | None = None  # root: the host uid this sandbox runs as, its own while it lives
         self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: the job's (fresh for each)
         self._old_cgroups: list[MemoryCgroup] = []  # earlier jobs' (emptied), removed as soon as the kernel lets
         self._jobs = 0
@@ -200,6 +202,9 @@ class Runner:
         if self._workdir is not None:
             _remove_tree(self._workdir)
             self._workdir = None
+        if self.uid is not None:  # only now: nothing of the sandbox runs under it any more
+            self.uid.release()
+            self.uid = None
         for cgroup in [*self._old_cgroups, *([self.cgroup] if self.cgroup else [])]:
             cgroup.remove()
         self.cgroup, self._old_cgroups = None, []
@@ -207,10 +212,12 @@ class Runner:
     def _start(self, prelude: str) -> None:
         self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
         name, drop = self._choice.name, self._choice.drop_uid
+        if drop:  # per-user kernel quotas then are this sandbox's alone (uids.py)
+            self.uid = lease()
         if name != "bwrap":  # plain: the working dir; unshare: the empty folder its new root is mounted on
             self._workdir = tempfile.mkdtemp(prefix=f"gspo-sandbox-{os.getpid()}-")  # the pid: whose folder it is
             if drop:
-                os.chown(self._workdir, SANDBOX_UID, SANDBOX_UID)
+                os.chown(self._workdir, self.uid.uid, self.uid.uid)
         workdir = self._workdir if name == "plain" else "/tmp/work"
         env = sandbox_env(workdir, self.session_id)
         if drop:
@@ -219,7 +226,7 @@ class Runner:
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
                "root": self._workdir, "seccomp": program.hex() if isinstance(program, bytes) else "",
                "inodes": _TMPFS_INODES, "prelude": prelude, "cgroup": self.cgroup and self.cgroup.procs}
-        argv = launch_argv(self._choice, cfg, env)
+        argv = launch_argv(self._choice, cfg, env, self.uid and self.uid.uid)
         self._stderr = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                       env=env, start_new_session=True, bufsize=0)

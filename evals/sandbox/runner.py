@@ -231,6 +231,10 @@ def _rn_oom_victim():
 
 
 def _rn_limit(job):
+    """The program's rlimits. RLIMIT_MSGQUEUE 0 and RLIMIT_SIGPENDING 64 as well as NPROC: those per-user counts
+    are charged up the user namespaces to the uid that made them, which for a non-root grader is its own (a
+    sandbox once held every message-queue byte and all 96,365 pending signals of the grader's uid: its own
+    mq_open got EMFILE, its queued signals EAGAIN; issue 46). No program needs a message queue."""
     import math
     import resource
     import signal
@@ -243,7 +247,8 @@ def _rn_limit(job):
     for res, value in ((resource.RLIMIT_AS, (mem, mem)), (resource.RLIMIT_CPU, (cpu, cpu + 1)),
                        (resource.RLIMIT_FSIZE, (job["fsize_bytes"],) * 2),
                        (resource.RLIMIT_NPROC, (job["nproc"],) * 2), (resource.RLIMIT_CORE, (0, 0)),
-                       (resource.RLIMIT_NOFILE, (256, 256))):
+                       (resource.RLIMIT_NOFILE, (256, 256)), (resource.RLIMIT_MSGQUEUE, (0, 0)),
+                       (resource.RLIMIT_SIGPENDING, (64, 64))):
         resource.setrlimit(res, value)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP):

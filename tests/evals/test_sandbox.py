@@ -24,6 +24,7 @@ from gspo.conf.errors import GspoError
 from gspo.evals.graders.code import run_code
 from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, Sandbox, clear_probe_cache, sandbox_backend, sandbox_protections
+from gspo.evals.sandbox.uids import uid_range
 
 LIMITS = {"timeout_s": 0.5, "memory_mb": 128}
 STRONG_BACKENDS = ("bwrap", "unshare")  # the tests here use the backend in use: GSPO_SANDBOX_BACKEND or the best
@@ -110,8 +111,9 @@ def test_unknown_backend_is_one_clear_error():
 @pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop only happens when the grader runs as root")
 def test_as_root_programs_run_as_an_unprivileged_uid():
     """Seen from the host, the real uid of every process of the sandbox while the program runs (the
-    launcher, runner, job servers and the program); seen from inside, the program's own uid and gid: under
-    both backends 65534 (unshare used to make the program root of its user namespace)."""
+    launcher, runner, job servers and the program): one uid, the sandbox's own, leased from the range
+    (uids.py), never 0 nor 65534, which every sandbox shared before issue 46; seen from inside, the program's
+    own uid and gid: under both backends 65534 (unshare used to make the program root of its user namespace)."""
     code = "import os, time\nprint(os.getuid(), os.getgid(), flush=True)\ntime.sleep(1.5)"
     host: dict[int, int] = {}
     with Sandbox() as sb:
@@ -124,9 +126,12 @@ def test_as_root_programs_run_as_an_unprivileged_uid():
                 except psutil.Error:
                     continue
             time.sleep(0.05)
-        result = host.pop("result")
+        result, leased = host.pop("result"), sb.uid.uid
     assert result.stdout == "65534 65534\n", result
-    assert len(host) >= 4 and set(host.values()) == {65534}, host
+    assert len(host) >= 4 and set(host.values()) == {leased}, host
+    first, count = uid_range()
+    assert first <= leased < first + count and leased != 65534, leased
+    assert sb.uid is None  # released with the sandbox
     assert sandbox_protections()["unprivileged_uid"]
 
 

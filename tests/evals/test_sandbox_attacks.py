@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -510,6 +511,122 @@ def test_a_full_tmp_does_not_break_the_checker(backend):
             "except OSError:\n    pass\nprint(6 * 7)")
     result = run_code(fill, [{"input": "", "output": "42"}], timeout_s=5, memory_mb=1024, checker=_EQUAL)
     assert result.verdict == "accepted", result
+
+
+# --- 10. Per-user kernel quotas are each sandbox's own (issue 46) ----------------------------------------
+
+_HOG = """import ctypes, fcntl, os, time
+pipes, raised, kids = [], 0, 0
+while len(pipes) < 120:  # RLIMIT_NOFILE is 256
+    pipes.append(os.pipe())
+    try:
+        fcntl.fcntl(pipes[-1][1], 1031, 1 << 20)  # F_SETPIPE_SZ: 256 pages charged to the uid at once
+        raised += 1
+    except OSError:  # past fs.pipe-user-pages-soft: pipes of 16, then 2 pages
+        pass
+while True:
+    try:
+        pid = os.fork()
+    except OSError:  # RLIMIT_NPROC
+        break
+    if pid == 0:
+        time.sleep(120)
+        os._exit(0)
+    kids += 1
+print(raised, kids, flush=True)
+ctypes.CDLL(None).prctl(15, b"gspo-hog-ready", 0, 0, 0)  # PR_SET_NAME: the test sees it from outside
+time.sleep(120)
+"""
+_QUOTA_PROBE = """import fcntl, os
+r, w = os.pipe()
+size = fcntl.fcntl(w, 1032)  # F_GETPIPE_SZ
+try:
+    fcntl.fcntl(w, 1031, 1 << 20)
+    raised = "raised"
+except OSError as e:
+    raised = e.strerror
+forks = 0
+for _ in range(4):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    forks += 1
+print(size, raised, forks)
+"""
+
+
+def _hog_processes(session: str) -> list:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("GSPO_SANDBOX_ID") == session and proc.name().startswith("gspo-hog"):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root grader can give each sandbox a uid of its own")
+def test_a_sandbox_that_drains_per_user_quotas_leaves_other_sandboxes_theirs(backend):
+    """One sandbox's program takes every pipe page of its uid (fs.pipe-user-pages-soft: 63 pipes raised to
+    1 MiB, then more pipes) and forks until RLIMIT_NPROC refuses, and holds them. Meanwhile a second sandbox
+    on the same backend makes a pipe, raises it to 1 MiB and forks 4 children, and so does a plain-backend
+    sandbox. Under one shared uid (65534 before issue 46) the second sandbox's new pipe had 8 KiB and could
+    not be raised (EPERM), and the plain backend's forks all failed (EAGAIN: a user namespace's tasks count
+    toward its owner's uid too); with a uid of its own per sandbox each gets 64 KiB, raises it and forks 4."""
+    import threading
+
+    held: dict = {}
+    with Sandbox() as hog, Sandbox() as second, Sandbox("plain") as plain:
+        for sb in (hog, second, plain):  # started before the hog holds anything
+            assert sb.run(Job(code="print(1)")).stdout == "1\n"
+        assert len({hog.uid.uid, second.uid.uid, plain.uid.uid}) == 3
+        worker = threading.Thread(target=lambda: held.update(r=hog.run(Job(code=_HOG, cpu_s=10, wall_s=120))))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while not (ready := _hog_processes(hog.session_id)) and worker.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready, held
+        seen = {name: sb.run(Job(code=_QUOTA_PROBE, cpu_s=2)) for name, sb in (("second", second), ("plain", plain))}
+        still_holding = worker.is_alive()
+        for proc in ready:
+            proc.kill()  # the job server then ends the hog's children
+        worker.join(timeout=60)
+    raised, kids = (int(x) for x in held["r"].stdout.split())
+    assert still_holding and raised >= 60 and kids >= 8, held["r"]  # it did drain its uid's quotas
+    for name, result in seen.items():
+        assert result.stdout == "65536 raised 4\n", (name, result)
+
+
+_QUEUES = """import ctypes, os, signal, threading
+libc = ctypes.CDLL(None, use_errno=True)
+mq = libc.mq_open(b"/q", 0o102, 0o600, None)  # O_CREAT | O_RDWR: 10 x 8 KiB of the uid's RLIMIT_MSGQUEUE bytes
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+queued = 0
+try:
+    while queued < 4096:
+        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)  # tgkill: queued, RLIMIT_SIGPENDING counts it
+        queued += 1
+except OSError:
+    pass
+print("mq", "ok" if mq >= 0 else os.strerror(ctypes.get_errno()), "queued", queued)
+"""
+
+
+def test_message_queue_bytes_and_pending_signals_are_bounded(backend):
+    """Both counts are per user and charged up the user namespaces to the uid that made them: for a non-root
+    grader its own (a sandbox held all 96,365 pending signals and every message-queue byte of the grader's
+    uid: the grader's own mq_open got EMFILE, its queued signals EAGAIN). RLIMIT_MSGQUEUE 0 refuses the
+    queue, RLIMIT_SIGPENDING stops the 65th signal; without them the queue opens and 4096 are queued."""
+    with Sandbox() as sb:
+        result = sb.run(Job(code=_QUEUES, cpu_s=5))
+    assert result.stdout == "mq Too many open files queued 64\n", result
 
 
 # --- Any backend whatever the interpreter's path ----------------------------------------------------------
