@@ -26,11 +26,13 @@ def test_resumed_run_logs_its_new_steps_to_the_same_wandb_run(gspo, tmp_path):
     run = gspo.train(tmp_path, "wbres", *common, "train.steps=1")
     first = list((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(first) == 1
+    # in-process, wandb-core may still be writing the first attempt's log (a process exit flushes it): the resume
+    # reads it to find the steps W&B lacks, so it must be whole first, as it is when each attempt is a command
+    _wait_for_exit_record(first[0])
     gspo.train(tmp_path, "wbres", *common, "train.steps=2", "resume=true")
     logs = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(logs) == 2
     second = next(p for p in logs if p != first[0])
-    _wait_for_exit_record(first[0])
     _wait_for_exit_record(second)
     ids = set()
     for log in logs:
