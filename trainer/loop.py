@@ -127,7 +127,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     status, error, loggers = "failed", None, None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True)) if world.main else NullLoggers()
+        loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True), log=log) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None,
                                shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)

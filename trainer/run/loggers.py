@@ -15,7 +15,8 @@ from shlex import quote
 from gspo.algos.metrics import EVAL
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks.types import is_count
-from gspo.trainer.run.rundir import RunDir
+from gspo.trainer.run.rundir import RunDir, read_jsonl
+from gspo.trainer.run.wandb_history import logged_steps
 
 
 def wandb_mode(setting: str) -> str:
@@ -53,21 +54,44 @@ def _finite(row: dict) -> dict:
 class Loggers:
     """Fan-out of one metrics row per step to the local files and, when enabled, to W&B."""
 
-    def __init__(self, run: RunDir, cfg, config_dict: dict, job_type: str = "train"):
-        """`job_type` "train": the run's own W&B run (id = folder name, resumed with the run); "eval" (`gspo
-        eval`): a W&B run of its own in the training run's group, which logs each eval row's value."""
+    def __init__(self, run: RunDir, cfg, config_dict: dict, job_type: str = "train", log=lambda _message: None):
+        """`job_type` "train": the run's own W&B run (id = folder name, resumed with the run, see catch_up);
+        "eval" (`gspo eval`): a W&B run of its own in the training run's group, which logs each eval row's value."""
         self.run = run
         self.wandb = None
         self.job_type = job_type
         mode = wandb_mode(cfg.logger.wandb)
         if mode != "disabled":
             self.wandb = _start_wandb(run, cfg, config_dict, mode, job_type)
+            if job_type == "train":
+                self.catch_up(log)
 
     def metrics(self, step: int, row: dict) -> None:
         row = _finite({"step": step, **row})
         self.run.append("metrics.jsonl", row)
         if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if v is not None and k != "step"}, step=step)
+            self._log(row)
+
+    def _log(self, row: dict) -> None:
+        self.wandb.log({k: v for k, v in row.items() if v is not None and k != "step"}, step=row["step"])
+
+    def catch_up(self, log) -> list[int]:
+        """Before this attempt logs any step: every metrics.jsonl row the W&B run lacks, logged again in step
+        order; returns their steps. A SIGKILLed attempt's last steps reach metrics.jsonl but not W&B (wandb-core,
+        a separate process, holds the last step until the next one and buffers its writes, and it exits
+        without flushing when its parent dies), and the resume redoes only the steps after its checkpoint.
+        metrics.jsonl holds only rows at or before the resume point here (the later ones were set aside), so
+        each re-logged step precedes every step of this attempt, as W&B's increasing steps require."""
+        lacks = _wandb_lacks(self.wandb, self.run.path)
+        rows = {r["step"]: r for r in read_jsonl(self.run.path / "metrics.jsonl") if lacks(r["step"])}
+        for step in sorted(rows):
+            self._log(rows[step])
+        if rows:
+            steps = sorted(rows)
+            shown = ", ".join(map(str, steps[:10])) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+            log(f"resume: W&B run {self.wandb.id} lacked step(s) {shown} of metrics.jsonl (an attempt killed before "
+                "W&B wrote them); logged them again")
+        return sorted(rows)
 
     def evals(self, rows: list[dict], samples: tuple[dict, ...] | list[dict] = ()) -> None:
         """evals.jsonl and eval_samples.jsonl; in training W&B gets the values with the step's metrics row."""
@@ -94,6 +118,19 @@ class Loggers:
             self.wandb.finish(exit_code=exit_code)
             self.wandb = None
         return note
+
+
+def _wandb_lacks(run, path: Path):
+    """A predicate on steps: does the W&B run `run` lack it? Offline: no record log of this W&B id in
+    `<path>/wandb` (the earlier attempts' offline or online folders) holds it. Online: W&B's resume tells only the
+    run's next step (`starting_step`, one past the last it holds), and drops any lower step logged now, so the
+    steps from it on."""
+    if run.settings.mode != "offline":
+        return lambda step: step >= run.starting_step
+    current = Path(run.dir).resolve().parent  # <dir>/wandb/offline-run-<time>-<id>/files
+    logs = [f / f"run-{run.id}.wandb" for f in sorted((path / "wandb").glob(f"*run-*-{run.id}")) if f.resolve() != current]
+    have = logged_steps(logs)
+    return lambda step: step not in have
 
 
 def offline_note(run) -> str | None:

@@ -43,10 +43,11 @@ main()
 """
 
 
-def _start_paused_after_checkpoint(gspo, out: Path, run_id: str, step: int = 2) -> subprocess.Popen:
+def _start_paused_after_checkpoint(gspo, out: Path, run_id: str, step: int = 2,
+                                   common: tuple = COMMON) -> subprocess.Popen:
     """`gspo train` that stops right after saving the checkpoint of `step`; returns once it is there."""
     r, w = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", PAUSE_AFTER_CHECKPOINT, str(w), str(step), "train", *COMMON,
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_AFTER_CHECKPOINT, str(w), str(step), "train", *common,
                              f"output_dir={out}", f"run_id={run_id}"], env=gspo.env, stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(w,))
     os.close(w)

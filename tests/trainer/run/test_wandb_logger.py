@@ -23,6 +23,7 @@ from conftest import LEARNING_SEED, TINY
 
 from gspo.trainer.run.loggers import wandb_mode
 from gspo.trainer.run.rundir import read_jsonl
+from gspo.trainer.run.wandb_history import logged_steps
 
 pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
 
@@ -146,6 +147,44 @@ def test_offline_run_log_holds_the_metrics(wandb_run):
     updates = [run_record.config] + [r.config for r in records if r.WhichOneof("record_type") == "config"]
     config = {_key(i): json.loads(i.value_json) for u in updates for i in u.update}
     assert config["algo"]["name"] == "gspo" and config["train"]["steps"] == 2 and config["seed"] == LEARNING_SEED
+
+
+def test_a_torn_record_log_reads_as_the_steps_written_before_the_tear(wandb_run, tmp_path):
+    """What a resume reads of a killed attempt's log (trainer/run/wandb_history.py): cut at any byte, or with a
+    byte damaged, the steps whose history records lie wholly before that point, checked against this module's
+    strict reader; a file too short for its header holds none."""
+    (log,) = wandb_run.glob("wandb/offline-run-*/run-*.wandb")
+    _wait_for_exit_record(log)
+    data = log.read_bytes()
+    assert logged_steps([log]) == set(history_by_step(read_records(log))) == {0, 1, 2}
+    cut = tmp_path / "run-cut.wandb"
+    ends = []  # (end of the chunk holding a history record, its step), from the strict reader's own walk
+    for end in [*range(8, len(data), 97), len(data)]:
+        cut.write_bytes(data[:end])
+        try:
+            whole = set(history_by_step(read_records(cut)))
+        except AssertionError:  # cut mid-chunk: the strict reader refuses what the lenient one reads up to
+            whole = None
+        steps = logged_steps([cut])
+        assert steps == set(range(len(steps))), end  # a prefix of the steps, never a gap
+        if whole is not None:
+            assert steps == whole, end
+        ends.append((end, steps))
+    assert [s for _, s in ends][0] == set() and ends[-1][1] <= {0, 1, 2}
+    assert any(s == {0} for _, s in ends) and any(s == {0, 1} for _, s in ends)  # the cuts fell between records
+    cut.write_bytes(data[:5])
+    assert logged_steps([cut, tmp_path / "absent.wandb"]) == set()
+    # the byte that completes step 2's record: the last cut without step 2 and the first with it, walked byte by byte
+    end = next(e for e, s in ends if 2 in s)
+    while True:
+        cut.write_bytes(data[: end - 1])
+        if 2 not in logged_steps([cut]):
+            break
+        end -= 1
+    damaged = bytearray(data)
+    damaged[end - 1] ^= 0xFF  # inside step 2's chunk: its checksum fails, the records before it stand
+    cut.write_bytes(bytes(damaged))
+    assert logged_steps([cut]) == {0, 1}
 
 
 def test_wandb_files_stay_in_the_run_dir(wandb_run):
