@@ -56,8 +56,8 @@ def test_steps_a_sigkilled_attempt_never_got_into_wandb_are_logged_first_by_the_
     (and often more), which the resume, starting from that checkpoint, never trains again. A real kill rather
     than a truncated record log: what wandb-core keeps at a kill is its behaviour to observe, not ours to
     assume. The resume logs the lacking rows before step 3: every step is in exactly one of the run's logs."""
-    from tests.trainer.test_kill import _start_paused_after_checkpoint
-    from tests.trainer.test_wandb_logger import _key, _wait_for_exit_record, history_by_step, read_records
+    from tests.trainer.run.test_kill import _start_paused_after_checkpoint
+    from tests.trainer.run.test_wandb_logger import _key, _wait_for_exit_record, history_by_step, read_records
 
     common = (*TINY, f"seed={LEARNING_SEED}", "train.steps=3", "train.save_every=2", "train.eval_every=0",
               "logger.progress=false", "logger=wandb", "logger.wandb=offline")
