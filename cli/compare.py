@@ -29,11 +29,12 @@ import typer
 from omegaconf import OmegaConf
 
 from gspo.cli.errors import user_errors
-from gspo.conf.choices import check_choice
+from gspo.conf.choice_check import check_choice
 from gspo.conf.errors import GspoError
 from gspo.conf.overrides import planned_jobs
 from gspo.conf.schema import VerdictConfig
 from gspo.conf.verdict import split_verdict
+from gspo.vocab.choices import Until
 
 DEFAULT_PRESET = "compare"
 
@@ -90,7 +91,7 @@ def compare_cmd(
     from gspo.report import write_report
 
     command = f"gspo compare {' '.join(overrides or [])}".strip()
-    if verdict.until == "resolved":
+    if verdict.until == Until.RESOLVED:
         compare_until(name, rest, verdict, command)
         return
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_keys=swept_by(presets()[name]),

@@ -43,7 +43,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from gspo.algos import ALGOS
-from gspo.algos.metrics import EVAL, EVAL_ACCURACY, TIME_STEP
 from gspo.cli.errors import one_line_errors
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
@@ -55,6 +54,7 @@ from gspo.conf.schema import register_configs
 from gspo.report import SWEEP_PLAN, SWEEP_RUNS, load_run, run_value, sweep_job, sweep_jobs, sweep_runs
 from gspo.trainer.run.records import RecordError, read_sweep_plan, relative_run_dir
 from gspo.trainer.run.rundir import atomic_write_text, read_jsonl_lines, read_status
+from gspo.vocab.metrics import EVAL, EVAL_ACCURACY, TIME_STEP
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 GIB_PER_JOB = 2  # memory allowed per job run at once by default: a job of the embedded model peaks near 0.75 GiB RSS

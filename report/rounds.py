@@ -9,13 +9,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError
 from gspo.report.arms import group_arms, pairs
 from gspo.report.runs import load_runs
 from gspo.report.sequential import Decision, decide, t_levels
 from gspo.report.stats import LEVEL
 from gspo.report.tables import Difference, Headline, difference, headlines
+from gspo.vocab.choices import SPENDING_TITLES
 
 STOP_SETTLED, STOP_SEEDS, STOP_TIME = "settled", "seeds", "time"
 
@@ -56,7 +57,7 @@ def look(paths: list[Path], metric: str | None, effect: float, seeds: list[int],
 
 def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect: float) -> list[str]:
     """What the page says about the rounds: how many, why they stopped, each look's level."""
-    name = {"obrien_fleming": "O'Brien-Fleming-type", "pocock": "Pocock-type"}[kind]
+    name = SPENDING_TITLES[kind]
     why = {STOP_SETTLED: f"every comparison was resolved or shown equivalent within +-{effect:g}",
            STOP_SEEDS: f"the seed budget ({max_seeds} per arm) was spent",
            STOP_TIME: "the time budget (verdict.max_minutes) was spent"}[stop]

@@ -24,8 +24,6 @@ import torch
 
 from gspo.algos import get as get_algorithm
 from gspo.algos import policy_loss, ratio_diagnostics
-from gspo.algos.metrics import CLIP, GRAD_NORM, LR, RATIO, reductions, section
-from gspo.algos.registry import SUM
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.logprobs import completion_logprobs
 from gspo.trainer.parallel import distributed, fsdp
@@ -34,6 +32,8 @@ from gspo.trainer.parallel.moe import RoutingRecorder
 from gspo.trainer.run.guards import NonFinite
 from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.reduction import MetricSums, reduce_metrics, to_host
+from gspo.vocab.metrics import CLIP, GRAD_NORM, LR, RATIO, reductions, section
+from gspo.vocab.reductions import SUM
 
 # The update's own metrics, reduced like the algorithm's: means over the updates of a step.
 UPDATE_METRICS = reductions((GRAD_NORM, LR))
