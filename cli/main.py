@@ -19,10 +19,9 @@ from urllib.parse import urlparse
 import typer
 
 from gspo.cli.compare import compare_cmd
-from gspo.cli.errors import is_rank0, one_line_errors
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
-from gspo.conf.errors import GspoError
+from gspo.conf.errors import GspoError, is_rank0, one_line_errors
 from gspo.conf.schema import Config
 
 app = typer.Typer(
@@ -68,13 +67,13 @@ def train(
 
     args = list(overrides or [])
     if any(a in MULTIRUN for a in args):
-        from gspo.cli.sweep import run_sweep
+        from gspo.study.sweep import run_sweep
 
         run_sweep(args)
         return
     cfg_alone = "--cfg" in args and args[args.index("--cfg") + 1 : args.index("--cfg") + 2] not in (["job"], ["hydra"], ["all"])
     if not cfg_alone and any(a in INFO_FLAGS for a in args):
-        from gspo.cli.sweep import run_hydra_flags
+        from gspo.study.sweep import run_hydra_flags
 
         run_hydra_flags(args)
         return
@@ -137,7 +136,7 @@ def sweep(
     results/sweeps/<stamp>/ lists them, and its end says the `gspo report` command that compares them.
     Example: gspo sweep algo=grpo,gspo seed=0,1,2
     """
-    from gspo.cli.sweep import run_sweep
+    from gspo.study.sweep import run_sweep
 
     run_sweep(overrides or [])
 
@@ -154,13 +153,13 @@ def fetch_cmd(
     """Download the Hugging Face hub assets a run or a compare preset reads (model and tokenizer, the task's
     dataset, the benchmarks) into the cache ahead of time, so that it then runs offline (HF_HUB_OFFLINE=1).
     Each is loaded as the run loads it. Example: gspo fetch preset=qwen3-0.6b"""
-    from gspo.cli.compare import pick_preset, presets, sweep_params
     from gspo.cli.fetch import run_fetch
+    from gspo.study.presets import pick_preset, sweep_params
 
     args = list(overrides or [])
     preset = pick_preset(args)[0] if any(a.startswith("preset=") for a in args) else None
     rest = [a for a in args if not a.startswith("preset=")]
-    run_fetch(preset, sweep_params(presets()[preset]) if preset else {}, rest, say=typer.echo, log=_log)
+    run_fetch(preset, sweep_params(preset) if preset else {}, rest, say=typer.echo, log=_log)
 
 
 @app.command("eval", context_settings=EXTRA)
@@ -183,9 +182,9 @@ def eval_cmd(
     args = list(overrides or [])
     _refuse_model_path(args)
     if any(a in MULTIRUN for a in args):
-        from gspo.cli.sweep import run_sweep
+        from gspo.study.sweep import SweepCall, run_sweep
 
-        run_sweep(args, command="eval")
+        run_sweep(args, SweepCall(command="eval"))
         return
     config = compose_config([a for a in args if a != "--cfg"], command="eval")
     if "--cfg" in args:

@@ -45,7 +45,7 @@ def report_cmd(
     paths = list(paths or [])
     rounds: dict = {}
     if len(paths) == 1 and (paths[0] / "sequential.json").is_file():  # an until=resolved experiment: its page
-        from gspo.cli.until import page
+        from gspo.study.until import page
 
         folder = paths[0]
         paths, lines, sequential = page(folder)

@@ -1,6 +1,9 @@
 """The one exception type that means "the user gave us something we cannot use".
 
-The CLI catches it and prints its message as a single line, exit code 2, no traceback. Raise it with a
+`one_line_errors` catches it and prints its message as a single line, exit code 2, no traceback: around every
+command (cli/), each `gspo grade` command and each Hydra job of a sweep (study/job.py), which Hydra would otherwise
+report with its own traceback and exit code 1. Under several processes only rank 0 prints the line; every rank
+exits 2. In-process callers (Typer's CliRunner in the tests) see the GspoError itself. Raise it with a
 message that names the offending thing (file, key, row number) and, where possible, what would work.
 
 OS errors that are the machine's state rather than a bug (a full disk, a read-only mount, a permission, a
@@ -12,6 +15,9 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class GspoError(Exception):
@@ -47,3 +53,30 @@ def _rust_errno(e: BaseException) -> int | None:
     large (os error 27)`, or `Os { code: 27, ... }`), else None."""
     found = _RUST_OS_ERROR.search(str(e))
     return int(found.group(1) or found.group(2)) if found else None
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """A GspoError, or an OSError of the machine's state (`disk_error`), as `error: <message>` on stderr (rank 0
+    alone) and exit code 2."""
+    try:
+        yield
+    except GspoError as e:
+        _say_error(str(e))
+    except Exception as e:  # a full disk, a read-only folder, a permission, a name too long, a size limit (any library's wording)
+        error = disk_error(e)
+        if error is None:
+            raise
+        _say_error(error)
+
+
+def _say_error(message: str) -> None:
+    if is_rank0():
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def is_rank0() -> bool:
+    """Under torchrun (or a Slurm job made a data-parallel run), rank 0 alone speaks for the job: every rank
+    exits 2, one `error:` line is printed. RANK is torchrun's variable (export_slurm_world sets it too)."""
+    return os.environ.get("RANK", "0") == "0"

@@ -9,7 +9,7 @@ the load average:
 
 - `serial`: Hydra's basic launcher, one job at a time, torch's default threads (one per core);
 - `jobs=N`: `hydra/launcher=joblib hydra.launcher.n_jobs=N`, each job given cores // N torch threads
-  (cli/sweep.py).
+  (study/launch.py).
 
     python perf/jobs_vs_threads.py                       # the default compare, serial vs jobs=2, 2 passes each
     python perf/jobs_vs_threads.py --presets family --passes 1 --layouts serial,jobs=2

@@ -39,7 +39,7 @@ class Mutant:
 
 
 SANDBOX = ("tests/evals/test_sandbox.py",)
-UPDATE = ("tests/trainer/test_update.py",)
+UPDATE = ("tests/trainer/step/test_update.py",)
 FEATURES = ("tests/trainer/test_trainer_features.py",)
 
 MUTANTS = [
@@ -83,7 +83,7 @@ MUTANTS = [
            UPDATE + FEATURES),
     Mutant("eos-dropped-from-mask", "the completion mask drops the eos token itself",
            (("trainer/engines/rollout.py", "seen_before = (is_eos.long().cumsum(-1) - is_eos.long()) > 0",
-             "seen_before = is_eos.long().cumsum(-1) > 0"),), ("tests/trainer/test_rollout.py",)),
+             "seen_before = is_eos.long().cumsum(-1) > 0"),), ("tests/trainer/engines/test_rollout.py",)),
     Mutant("held-out-swapped", "the training task draws from the held-out bucket",
            (("trainer/tasks/registry.py", "if not is_held_out(p):", "if is_held_out(p):"),), ("tests/evals/test_arith.py",)),
     Mutant("test-split-swapped", "make_split('test') returns training problems",
@@ -116,21 +116,21 @@ MUTANTS = [
            SANDBOX),
     Mutant("math-reward-always-zero", "the math task's reward ignores the grader",
            (("trainer/tasks/registry.py", "_score=graded_by(grade_math)", "_score=graded_by(lambda response, gold: False)"),),
-           ("tests/trainer/test_train_hf_math.py",)),
+           ("tests/trainer/tasks/test_train_hf_math.py",)),
     Mutant("eval-first-bench-only", "gspo eval grades only the first of several benchmarks",
            (("trainer/evaluate.py", "    for bench in benches:", "    for bench in benches[:1]:"),),
            ("tests/trainer/test_eval_features.py",)),
     Mutant("wandb-new-run-on-resume", "a resumed run logs to a new W&B run",
-           (("trainer/run/loggers.py", '"id": run.path.name.replace("/", "-"),', '"id": None,'),), ("tests/trainer/test_wandb_resume.py",)),
+           (("trainer/run/loggers.py", '"id": run.path.name.replace("/", "-"),', '"id": None,'),), ("tests/trainer/run/test_wandb_resume.py",)),
     Mutant("cli-error-traceback", "the console script lets user errors out as tracebacks",
-           (("cli/errors.py", "    except GspoError as e:", "    except ZeroDivisionError as e:"),),
+           (("conf/errors.py", "    except GspoError as e:", "    except ZeroDivisionError as e:"),),
            ("tests/cli/test_eval_cli.py::test_eval_bad_input_through_the_console_script",)),
     Mutant("eval-bad-k-not-a-user-error", "eval.k=0 is not refused at compose (a failure deep in the eval instead)",
            (("conf/ranges.py", '"eval.k": _ONE, ', ""),),
            ("tests/cli/test_eval_cli.py::test_eval_bad_input_is_one_line",)),
     Mutant("sigterm-not-handled", "SIGTERM kills the run without marking it interrupted",
            (("trainer/loop.py", "previous = signal.signal(signal.SIGTERM, _raise_interrupt)",
-             "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/trainer/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
+             "previous = signal.getsignal(signal.SIGTERM)"),), ("tests/trainer/run/test_kill.py::test_sigterm_marks_the_run_interrupted",)),
     Mutant("leftovers-not-killed", "a program that exits normally leaves its daemons running",
            (("evals/sandbox/runner.py",
              "                _rn_kill_all(pid, False)  # daemons and background children may still hold the pipes",
@@ -141,7 +141,7 @@ MUTANTS = [
 ]
 
 # issue 47: the family anchored where its authors anchor it, one breakage per fix
-ANCHORS = ("tests/algos/test_algos_anchors.py", "tests/trainer/test_family_anchors.py")
+ANCHORS = ("tests/algos/test_algos_anchors.py", "tests/trainer/step/test_family_anchors.py")
 MUTANTS += [
     Mutant("opsm-mask-on-old-logp", "OPSM's mask reads the loss's pi_old, not the sampler's log-probs",
            (("algos/opsm.py", "token_log_ratio(x.rollout_logp(), x.logp.detach(), x.mask)",
@@ -163,7 +163,7 @@ MUTANTS += [
              "if False:"),), ANCHORS[1:]),
     Mutant("mis-band-not-icepop", "MIS at token level keeps verl's [0.5, 2], not IcePop's [0.5, 5]",
            (("trainer/step/advantages.py", "        low, high = ICEPOP_BAND", "        pass"),),
-           ("tests/trainer/test_corrections.py::test_the_level_follows_the_algorithms_ratio_and_each_level_has_its_bounds",)),
+           ("tests/trainer/step/test_corrections.py::test_the_level_follows_the_algorithms_ratio_and_each_level_has_its_bounds",)),
     Mutant("opsm-refuses-token-level", "OPSM takes no per-token advantages (a token-level correction refused)",
            (("algos/opsm.py", "token_advantages=True, reads_sampler=True", "token_advantages=False, reads_sampler=True"),),
            ANCHORS[1:]),

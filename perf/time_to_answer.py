@@ -36,7 +36,7 @@ STEP_TIME = "time/step_s"  # gspo.vocab.metrics.TIME_STEP: read from the runs' m
 
 
 def _runs(sweep_dir: Path) -> list[Path]:
-    from gspo.report.runs import sweep_runs
+    from gspo.trainer.run.sweepdir import sweep_runs
 
     return sweep_runs(sweep_dir)  # the run folders the sweep recorded (under output_dir)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from shlex import quote
 
 import pandas as pd
 import yaml
@@ -21,16 +20,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import Config
-from gspo.trainer.run.records import (
-    SWEEP_PLAN,
-    SWEEP_RUNS,
-    RecordError,
-    finite_or_none,
-    job_run_dir,
-    read_sweep_job,
-    read_sweep_plan,
-)
+from gspo.trainer.run.records import finite_or_none
 from gspo.trainer.run.rundir import read_jsonl_lines, read_status
+from gspo.trainer.run.sweepdir import SWEEP_RUNS, is_sweep, sweep_notes, sweep_runs
 
 _STEP = re.compile(r'\{"step": (\d+)')  # how every metrics row begins (Loggers.metrics)
 
@@ -141,63 +133,6 @@ def unread_steps(run: Run) -> list[int]:
     return sorted(set(gaps) | set(run.torn_steps) - have | set(run.status.get("unreadable_steps") or []))
 
 
-def _job_files(path: Path) -> list[Path]:
-    return sorted((path / SWEEP_RUNS).glob("*.json"), key=lambda f: int(f.stem) if f.stem.isdigit() else 0)
-
-
-def sweep_jobs(path: Path) -> list[dict]:
-    """What a sweep recorded of each job, in job order (a damaged record, such as a killed job's torn one, is
-    left out here and named by sweep_notes)."""
-    jobs = []
-    for f in _job_files(path):
-        try:
-            jobs.append(read_sweep_job(f))
-        except RecordError:
-            continue
-    return jobs
-
-
-def sweep_job(path: Path, num: int) -> dict | None:
-    """The record of job `num` of the sweep at `path` (None: not started, or damaged)."""
-    try:
-        return read_sweep_job(path / SWEEP_RUNS / f"{num}.json")
-    except RecordError:
-        return None
-
-
-def sweep_notes(path: Path) -> list[str]:
-    """What a report must say about a sweep's jobs: the planned ones that never ran (sweep.json's plan,
-    no record), records it cannot read, and the jobs whose run died (SIGKILLed), failed, was interrupted or
-    is still going."""
-    notes = []
-    try:
-        planned = (read_sweep_plan(path) or {}).get("jobs")
-    except RecordError as e:
-        planned = None
-        notes.append(f"{e.what}: the report cannot say which planned jobs never ran")
-    for f in _job_files(path):
-        try:
-            read_sweep_job(f)
-        except RecordError as e:
-            notes.append(str(e))
-    for num, said in enumerate(planned or []):
-        if not (path / SWEEP_RUNS / f"{num}.json").exists():
-            notes.append(f"{path}: job {num} ({said or 'no swept keys'}) never ran: rerun the sweep with the same "
-                         f"overrides and hydra.sweep.dir={quote(str(path))} to run it")
-    for job in sweep_jobs(path):
-        run = job_run_dir(path, job)
-        state = read_status(run).get("status") if (run / "config.yaml").is_file() else None
-        if state not in (None, "finished"):
-            how = {"dead": "died (its process is gone; SIGKILL or a crash)", "running": "is still running"}.get(state, state)
-            notes.append(f"{path}: job {job.get('overrides') or run.name} {how}: its run stops at its last logged step")
-    return notes
-
-
-def sweep_runs(path: Path) -> list[Path]:
-    """The run directories a sweep recorded, in job order."""
-    return [job_run_dir(path, job) for job in sweep_jobs(path)]
-
-
 def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
     """Every run under `paths` (runs or sweeps), each once, and notes on what was skipped. A path that is
     neither a run nor a sweep is an error; a sweep job that never started its run is skipped and noted."""
@@ -208,7 +143,7 @@ def load_runs(paths: list[str | Path]) -> tuple[list[Run], list[str]]:
     for p in map(Path, paths):
         if not p.exists():
             raise GspoError(f"no such run or sweep directory: {p}")
-        if (p / SWEEP_RUNS).is_dir() or (p / SWEEP_PLAN).is_file():
+        if is_sweep(p):
             found.extend((r, True) for r in sweep_runs(p))
             sweep_said.extend(sweep_notes(p))
         else:

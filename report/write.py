@@ -19,7 +19,6 @@ and leave the output folder untouched. Runs still going or stopped early are rea
 from __future__ import annotations
 
 import errno
-import platform
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,22 +31,21 @@ from gspo.report import collapse
 from gspo.report.arms import (
     Arm,
     check_comparable,
-    differing_keys,
     group_arms,
     label_keys,
     legend_note,
     numeric_keys,
     pairs,
-    shared_config,
 )
 from gspo.report.comparable import at_common_step, seeds_used
 from gspo.report.inactive import never_acted
 from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
-from gspo.report.noise import bootstrap_table, noise_text, split_table, which_objective
+from gspo.report.noise import which_objective
 from gspo.report.page import Block, to_html, to_markdown
 from gspo.report.plots import forest, key_grid, sensitivity, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
+from gspo.report.sections import Page, sections
 from gspo.report.stats import mean_ci
 from gspo.report.tables import (
     EXPLORATORY,
@@ -59,22 +57,16 @@ from gspo.report.tables import (
     adjust,
     arm_table,
     arm_values,
-    diff_table,
     difference,
     final_notes,
     headlines,
-    status_table,
     summary_frame,
     valid_range,
 )
 from gspo.report.tracker import log_report, report_wandb_mode
-from gspo.trainer.run.rundir import ESTIMATOR_CARD, STATUS_UNREADABLE
+from gspo.trainer.run.rundir import STATUS_UNREADABLE
 from gspo.vocab.choices import Wandb
 
-# the settings that define an experiment, shown above the fold (what differs between arms is shown too)
-DEFINING = ("model.name", "model.start", "task.name", "train.steps", "train.prompts_per_step", "train.group_size",
-            "train.minibatches", "train.epochs", "train.lr", "algo.clip_low", "algo.clip_high",
-            "rollout.max_new_tokens", "task.eval_size", "rollout.temperature")
 VERDICT_REDUCE = 2  # with more comparisons than this, the verdict keeps to the first headline metric
 @dataclass
 class Report:
@@ -120,33 +112,12 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
     front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect, first)),
                           Block("list", items=tuple(verdict), id="verdict")]
-    front_files = []
-    # the primary score and the mechanism on the first screen; the exploratory scores' intervals are in the verdict
     shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
-    if forest(shown, out_dir / "forest.png"):
-        front.append(Block("img", "forest plot: the primary score's and the mechanism's differences to the baseline with "
-                                  "their 95% intervals",
-                           image=out_dir / "forest.png", id="forest"))
-        front_files.append(out_dir / "forest.png")
-    if len(arms) > 2 and first is not None:
-        front += [Block("h2", "Which objective"),
-                  Block("p", f"{first.title}: each arm's mean with its 95% interval across seeds, best first, and "
-                             "its clipped-token share (mean over steps); 'no claim' where the difference to the "
-                             "baseline is not resolved (at Holm's level)."),
-                  Block("table", table=which_objective(arms, first, diffs[first.metric], M.CLIP_TOKEN_FRAC),
-                        id="which")]
-    if key_grid(arms, task, out_dir / "key_curves.png", smooth):
-        front += [Block("h2", "Key curves"), Block("img", "key curves by step", image=out_dir / "key_curves.png",
-                                                   id="curves")]
-        front_files.append(out_dir / "key_curves.png")
-    for key in numeric_keys(arms):
-        front += _sensitivity(arms, key, heads, out_dir, front_files, compared)
+    figures, front_files = _figures(arms, heads, diffs, shown, first, compared, out_dir, smooth)
+    front += figures
     plots = write_plots(arms, task, out_dir, progress)
     notes = _notes(runs, notes + final_notes(runs, heads)) + timing
-    blocks = (front + _setup(runs, arms, keys, command) + _cards(arms) + _noise(arms, heads, diffs)
-              + _results(arms, heads, diffs))
-    blocks += [Block("h2", "Runs"), Block("table", table=status_table(arms))] + [Block("p", n) for n in notes]
-    blocks += [Block("h2", "Plots")] + [b for cap, path in plots for b in (Block("p", cap), Block("img", cap, image=path))]
+    blocks = front + sections(Page(runs, arms, heads, diffs, keys, command, notes, plots))
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
     summary = summary_frame(arms, keys, heads, diffs)
@@ -159,6 +130,34 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     first = heads[0] if heads else None
     table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
     return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
+
+
+def _figures(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]], shown: list[Difference],
+             first: Headline | None, compared: list, out_dir: Path, smooth: int) -> tuple[list[Block], list[Path]]:
+    """The first screen's figures and tables, and the files written for them: the forest of the `shown` differences
+    (the primary score's and the mechanism's; the exploratory scores' intervals are in the verdict), which objective
+    (over two arms), the key curves, and a sensitivity plot per numeric key the arms differ in."""
+    task = arms[0].runs[0].config.get("task.name", "arith")
+    front, files = [], []
+    if forest(shown, out_dir / "forest.png"):
+        front.append(Block("img", "forest plot: the primary score's and the mechanism's differences to the baseline with "
+                                  "their 95% intervals",
+                           image=out_dir / "forest.png", id="forest"))
+        files.append(out_dir / "forest.png")
+    if len(arms) > 2 and first is not None:
+        front += [Block("h2", "Which objective"),
+                  Block("p", f"{first.title}: each arm's mean with its 95% interval across seeds, best first, and "
+                             "its clipped-token share (mean over steps); 'no claim' where the difference to the "
+                             "baseline is not resolved (at Holm's level)."),
+                  Block("table", table=which_objective(arms, first, diffs[first.metric], M.CLIP_TOKEN_FRAC),
+                        id="which")]
+    if key_grid(arms, task, out_dir / "key_curves.png", smooth):
+        front += [Block("h2", "Key curves"), Block("img", "key curves by step", image=out_dir / "key_curves.png",
+                                                   id="curves")]
+        files.append(out_dir / "key_curves.png")
+    for key in numeric_keys(arms):
+        front += _sensitivity(arms, key, heads, out_dir, files, compared)
+    return front, files
 
 
 def _make_out(out_dir: Path) -> None:
@@ -282,96 +281,6 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
         if not placed:  # beside the first plot
             blocks, placed = blocks + table, True
     return blocks if placed else blocks + table
-
-
-def _setup(runs: list[Run], arms: list[Arm], keys: list[str], command: str) -> list[Block]:
-    hosts = sorted({f"{r.status.get('host', '?')} ({r.status.get('cpus', '?')} CPUs, {r.status.get('platform', '?')}, torch "
-                    f"{r.status.get('versions', {}).get('torch', '?')}, device {r.config.get('device')})" for r in runs})
-    shared = shared_config(runs)
-    differ = differing_keys(runs)  # the label's keys and those they imply (each algorithm's clip range)
-    arms_df = pd.DataFrame([{"arm": a.label, **{k: a.runs[0].config.get(k) for k in differ},
-                             "seeds": ", ".join(map(str, a.seeds)), "runs": len(a.runs)} for a in arms])
-    defining = {k: shared[k] for k in DEFINING if k in shared}
-    rest = {k: v for k, v in shared.items() if k not in defining}
-    blocks = [Block("h2", "Setup")]
-    if command:
-        blocks.append(Block("pre", command))
-    blocks += [
-        Block("p", f"{len(runs)} runs in {len(arms)} arms. Arms differ in: {', '.join(keys) or 'nothing (one arm)'}"
-                   + (f" (and what follows from it: {', '.join(k for k in differ if k not in keys)})"
-                      if set(differ) - set(keys) else "") + "; seeds are replicates. Machine(s): " + "; ".join(hosts) + f". Report written on {platform.node()}."),
-        Block("table", table=arms_df),
-        Block("p", "The settings that define the experiment (every run has these values):"),
-        Block("table", table=pd.DataFrame({"key": list(defining), "value": [str(v) for v in defining.values()]})),
-        Block("details", f"Every other shared setting ({len(rest)} keys)",
-              table=pd.DataFrame({"key": list(rest), "value": [str(v) for v in rest.values()]})),
-    ]
-    return blocks
-
-
-def _cards(arms: list[Arm]) -> list[Block]:
-    """What each arm's update computes (its runs' estimator.txt, the card `gspo explain` prints): the ratio, clip
-    or mask, advantage, aggregation and normaliser, pi_old's source and the correction. An arm whose seeds wrote
-    different cards shows each; runs of versions before the card show none."""
-    blocks = []
-    for arm in arms:
-        cards = []
-        for run in arm.runs:
-            path = run.path / ESTIMATOR_CARD
-            text = path.read_text(errors="replace").rstrip() if path.is_file() else ""
-            if text and text not in cards:
-                cards.append(text)
-        for i, card in enumerate(cards):
-            blocks += [Block("p", f"**{arm.label}**" + (f" (card {i + 1} of {len(cards)}: its seeds differ)"
-                                                          if len(cards) > 1 else "")), Block("pre", card)]
-    if not blocks:
-        return []
-    return [Block("h2", "What each arm computes"),
-            Block("p", f"Each arm's estimator as its runs wrote it ({ESTIMATOR_CARD}, the card `gspo explain` prints for "
-                       "the same config)."), *blocks]
-
-
-def _noise(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]]) -> list[Block]:
-    """Held-out accuracy: the variance split (eval sampling vs training seed), the eval's cost, and the two-level
-    paired bootstrap of each difference; nothing when the runs did not record per-problem outcomes."""
-    held = [h for h in heads if M.EVAL.matches(h.metric) and h.metric.endswith("/" + M.EVAL_ACCURACY)]
-    if not held:
-        return []
-    split = split_table(arms, held[0])
-    if not len(split):
-        return []
-    blocks = [Block("h2", "Held-out accuracy: noise and cost"), Block("p", noise_text(arms)),
-              Block("table", table=split, id="noise")]
-    boot = bootstrap_table(diffs.get(held[0].metric, []))
-    if len(boot):
-        blocks.append(Block("table", table=boot))
-    return blocks
-
-
-def _results(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]]) -> list[Block]:
-    blocks = [Block("h2", "Results"), Block("p", "Mean over seeds with a 95% Student-t interval across seeds, cut to the "
-                                               "metric's valid range (how: t, or clipped where it was cut); '-' where "
-                                               "one seed gives no interval. Differences: the method (paired t on the "
-                                               "per-seed differences where the arms share their seeds, model, prompts "
-                                               "and held-out problems; Welch's otherwise), its 95% interval, Holm's "
-                                               "level and interval where several comparisons share the metric, "
-                                               "Welch's interval for comparison, the minimum detectable effect (the "
-                                               "smallest true difference these seeds resolve with 80% power), the "
-                                               "TOST interval (differences outside it are ruled out at 5%) and the "
-                                               "seeds per arm that would resolve the smallest effect of interest "
-                                               "with 80% power; P(better), the share of seed pairs in which the arm "
-                                               "is higher; IQM: the interquartile mean across seeds (rliable).")]
-    runs = [r for a in arms for r in a.runs]
-    for h in heads:
-        table = arm_table(arms, h, valid_range(h.metric, runs)).rename(
-            columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
-        kind = {SCORE: "a score: higher is better", MECHANISM: "a mechanism: what the algorithm does, neither "
-                "better nor worse"}.get(h.info.kind, "a cost")
-        blocks += [Block("p", f"{h.title} [{h.metric}]: {kind}"), Block("table", table=table)]
-        if diffs.get(h.metric):
-            table = diff_table(diffs[h.metric]).rename(columns={"ci_low": "95% CI low", "ci_high": "95% CI high"})
-            blocks.append(Block("table", table=table))
-    return blocks
 
 
 def _notes(runs: list[Run], notes: list[str]) -> list[str]:

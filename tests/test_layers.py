@@ -1,6 +1,6 @@
 """The import layers of docs/DESIGN.md, read from the source with `ast`: each layer imports only what it
 may (vocab: the standard library; algos: vocab; conf: vocab; evals: conf; trainer: algos, conf, evals; report: those
-and trainer; cli: anything), no import
+and trainer; study: those and report; cli: anything), no import
 circle between modules, no import of a project module inside a function outside cli/ (where lazy loading
 keeps `--help` fast), and no private name imported from another module.
 
@@ -22,7 +22,8 @@ MAY_IMPORT = {
     "evals": {"vocab", "conf", "evals"},
     "trainer": {"vocab", "algos", "conf", "evals", "trainer"},
     "report": {"vocab", "algos", "conf", "evals", "trainer", "report"},  # reads what the trainer writes; trains nothing
-    "cli": {"vocab", "algos", "conf", "evals", "trainer", "report", "cli"},
+    "study": {"vocab", "algos", "conf", "evals", "trainer", "report", "study"},  # plans, launches, resumes, decides experiments
+    "cli": {"vocab", "algos", "conf", "evals", "trainer", "report", "study", "cli"},
 }
 
 # The trainer's rooms, lowest first: a room imports only rooms before it in this list (and itself); the recipe

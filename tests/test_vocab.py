@@ -4,12 +4,11 @@ compares a config choice with a bare string."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from gspo.conf.choice_check import CHOICES
 from gspo.vocab.choices import Choice, Correction, Level, Spending, Until
+from tests.test_layers import MODULES  # every module of every layer
 
-ROOT = Path(__file__).resolve().parents[1]
 VERDICT = {"verdict.until": Until.values, "verdict.spending": Spending.values}
 
 
@@ -44,8 +43,7 @@ def test_no_config_choice_is_compared_with_a_bare_string():
     values: dict[str, set[str]] = {}
     for key, choice in {**CHOICES, **VERDICT}.items():
         values.setdefault(key.rsplit(".", 1)[-1], set()).update(choice)
-    found = {str(path.relative_to(ROOT)): bad for top in ("algos", "conf", "evals", "trainer", "report", "cli")
-             for path in sorted((ROOT / top).rglob("*.py")) if (bad := _bare_comparisons(path.read_text(), values))}
+    found = {name: bad for name, path in MODULES.items() if (bad := _bare_comparisons(path.read_text(), values))}
     assert found == {}
     # the check sees one where there is one, and not a block kind that shares the attribute's name
     assert _bare_comparisons('if cfg.rollout.kv_cache == "static" or c.kind in ("tis", "mis"): pass', values) == [

@@ -218,7 +218,7 @@ def test_train_periodic_benchmark_eval_logs_eval_bench_metrics(gspo, tmp_path):
 
 
 def test_eval_logs_to_wandb_when_enabled(gspo, finished_run, tmp_path):
-    from tests.trainer.test_wandb_logger import history_by_step, read_records
+    from tests.trainer.run.test_wandb_logger import history_by_step, read_records
 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)

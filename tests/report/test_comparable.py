@@ -199,21 +199,6 @@ def test_ratios_are_never_zero_x_and_the_reward_band_stays_in_its_range(tmp_path
     assert valid_range("reward/mean", [load_run(runs[0].path)])[0] == -1.0  # DAPO's overlong penalty goes below 0
 
 
-def test_a_sweep_gives_an_eta_from_its_first_job_before_it_ends(tmp_path):
-    from gspo.cli.sweep import early_eta
-
-    rows = [{"step": 0}, {"step": 1, "time/step_s": 2.0}]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert early_eta(tmp_path, steps=20, jobs=6) is None  # one step is not a rate
-    rows.append({"step": 2, "time/step_s": 4.0})
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    # 3 s/step: 18 steps left of job 1 and 5 jobs of 20 steps: 3 * (18 + 100) = 354 s
-    assert early_eta(tmp_path, steps=20, jobs=6).startswith("sweep ETA about 0:05:54 for the 6 jobs (job 1's first "
-                                                            "2 steps at 3 s/step")
-    # 2 at once: job 1's wave, then 2 more waves of 20 steps: 3 * (18 + 40) = 174 s
-    assert early_eta(tmp_path, steps=20, jobs=6, at_once=2).startswith("sweep ETA about 0:02:54 for the 6 jobs")
-
-
 def test_a_cold_start_rebuilt_for_a_changed_setting_says_which(tmp_path):
     from gspo.conf import compose_config
     from gspo.trainer.coldstart import settings_changed

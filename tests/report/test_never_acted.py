@@ -9,12 +9,12 @@ import shutil
 from pathlib import Path
 
 import yaml
+from report_runs import fake_run
 
 from gspo.report.arms import group_arms
 from gspo.report.inactive import never_acted
 from gspo.report.runs import load_run
 from gspo.report.write import write_report
-from tests.report.report_runs import fake_run
 
 
 def _variant(src: Path, name: str, algo: dict, extra: dict) -> Path:

@@ -17,7 +17,6 @@ import pytest
 import yaml
 from report_runs import fake_compare, fake_lr_sweep, fake_run
 
-from gspo.cli.sweep import fold_equal_arms, job_progress
 from gspo.conf.errors import GspoError
 from gspo.report import write_report
 
@@ -197,31 +196,6 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
     assert set(top["eval/arith/accuracy diff method"]) == {"paired t"}
 
 
-def test_compare_folds_gspo_token_where_it_equals_gspo_and_refuses_on_policy():
-    params = {"seed": "0,1,2", "algo": "grpo,gspo,gspo_token"}
-    overrides, notes = fold_equal_arms(["train.steps=5"], params)
-    assert overrides == ["train.steps=5", "algo=grpo,gspo"] and len(notes) == 1
-    assert "equals GSPO in value and gradient" in notes[0]
-    assert fold_equal_arms(["algo=gspo,gspo_token", "algo.advantage=step"], {}) == (
-        ["algo=gspo,gspo_token", "algo.advantage=step"], [])  # per-token credit: they differ
-    assert fold_equal_arms(["algo=grpo,gspo_token"], {})[1] == []
-    with pytest.raises(GspoError, match="train.minibatches=1 is on-policy"):
-        fold_equal_arms(["algo=grpo,gspo", "train.minibatches=1"], {})
-
-
-def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
-    (tmp_path / "runs").mkdir()
-    jobs = ["seed=0 algo=grpo", "seed=0 algo=gspo", "seed=1 algo=grpo", "seed=1 algo=gspo"]
-    assert job_progress(tmp_path, 0, jobs) == "sweep job 1/4, ETA once the job has logged 2 steps"
-    (tmp_path / "runs" / "0.json").write_text(json.dumps({"run_dir": "x", "started": 100.0, "ended": 200.0,
-                                                          "outcome": "finished"}))
-    assert job_progress(tmp_path, 1, jobs) == "sweep job 2/4, ETA 0:05:00 for the 3 left (0:01:40 per job over 1 done)"
-    assert job_progress(tmp_path, 1, None) == "sweep job 2"
-    # two at once: the 3 left take two waves of a job's time
-    assert job_progress(tmp_path, 1, jobs, at_once=2) == ("sweep job 2/4, ETA 0:03:20 for the 3 left (0:01:40 per job "
-                                                          "over 1 done, 2 at once)")
-
-
 def _set_final(run: Path, metric: str, value: float) -> None:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     rows[-1][metric] = value
@@ -258,7 +232,6 @@ def test_a_tie_is_no_claim_and_a_cut_interval_keeps_its_test_in_the_verdict(tmp_
 def test_other_scores_are_exploratory_and_a_dynamic_sampling_reward_is_flagged(tmp_path):
     """One primary score: the training reward's interval excluding zero is a lead, not 'resolved'; verdict.metric
     names another primary; an arm with dynamic sampling has its reward flagged as not like for like."""
-    from gspo.conf.errors import GspoError
 
     runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in range(3)]
     for run in runs[3:]:  # GSPO's training reward 0.3 higher at every step of every seed

@@ -107,8 +107,8 @@ def test_graph_decoding_draws_the_eager_tokens_on_cuda(temperature, top_p):
     fp32; its log-probs are the trainer's within 1e-5 (the first update's ratio is 1); a second generation of
     the same bucket replays the same graph."""
     from gspo.trainer.model.logprobs import completion_logprobs
-    from tests.trainer.test_rollout import _tiny
-    from tests.trainer.test_static_decode import WIDE
+    from tests.trainer.engines.test_rollout import _tiny
+    from tests.trainer.engines.test_static_decode import WIDE
 
     model, tokenizer = _tiny()
     model.cuda()
@@ -144,7 +144,7 @@ def test_graph_decoding_at_qwen3_0_6b_shape_same_tokens_in_fp32_and_faster_in_bf
     than half an eager one (the eager loop is launch-bound there: 35 ms per step in fp32, issue 43)."""
     import time
 
-    from tests.trainer.test_static_decode import WIDE
+    from tests.trainer.engines.test_static_decode import WIDE
 
     model, tokenizer = _qwen3_0_6b_shape(torch.float32)
     dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=1, max_new_tokens=32)
@@ -171,7 +171,7 @@ def test_a_qwen3_moe_decode_step_on_cuda_draws_the_eager_tokens():
     uncaptured. The eager loop's tokens either way."""
     from gspo.evals.arith import ALPHABET
     from gspo.trainer.model.models import build_char_tokenizer, build_tiny_qwen3
-    from tests.trainer.test_static_decode import WIDE
+    from tests.trainer.engines.test_static_decode import WIDE
 
     tokenizer = build_char_tokenizer(ALPHABET)
     model = build_tiny_qwen3(len(tokenizer), hidden_size=32, num_layers=2, intermediate_size=64, num_heads=2,

@@ -2,9 +2,7 @@
 
     <run>/run.json              the run's status (rundir.read_status): RUN_STATUS
     <run>/metrics.jsonl         one row per step (rundir.read_jsonl_lines): a row's step is a whole number >= 0
-    <sweep>/sweep.json          the sweep's plan (read_sweep_plan): SWEEP_PLAN_FIELDS
-    <sweep>/runs/<job>.json     what one job ran (read_sweep_job): SWEEP_JOB_FIELDS, its run_dir relative to
-                                the sweep folder (an older gspo wrote it absolute: still read)
+    <sweep>/...                 the sweep folder's records: trainer/run/sweepdir.py, with their writers
 
 A record that is not UTF-8, not JSON, not an object, lacks a field it needs or has a field of the wrong type
 is a RecordError: one line naming the file, the field and what to do. A reader that can go on without the
@@ -15,22 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
 
-SWEEP_RUNS = "runs"  # <sweep dir>/runs/<job num>.json: {"run_dir", "pid", "started", "ended", "attempts"} of that job
-SWEEP_PLAN = "sweep.json"  # <sweep dir>/sweep.json: {"overrides", "params", "stamp", "jobs"}: what the sweep runs
-
-_NUMBER = (int, float)
+NUMBER = (int, float)
 RUN_STATUS = {"status": str, "step": int, "pid": int, "host": str, "collapsed": dict, "stopped": str, "past_stops": list,
-              "unreadable_steps": list, "wall_s": _NUMBER, "started_unix": _NUMBER, "versions": dict, "start": dict}
-SWEEP_PLAN_FIELDS = {"overrides": list, "params": dict, "stamp": str, "jobs": list}
-SWEEP_PLAN_REQUIRED = ("overrides", "stamp")
-SWEEP_JOB_FIELDS = {"run_dir": str, "overrides": str, "pid": int, "started": _NUMBER, "ended": _NUMBER, "outcome": str,
-                    "attempts": list}
-SWEEP_JOB_REQUIRED = ("run_dir",)
+              "unreadable_steps": list, "wall_s": NUMBER, "started_unix": NUMBER, "versions": dict, "start": dict}
 
 
 class RecordError(GspoError):
@@ -75,31 +64,6 @@ def read_record(path: Path, fields: dict, required: tuple[str, ...], fix: str) -
     return data
 
 
-def read_sweep_plan(sweep_dir: Path) -> dict | None:
-    """<sweep dir>/sweep.json (None when there is none); a damaged one is a RecordError."""
-    path = sweep_dir / SWEEP_PLAN
-    if not path.is_file():
-        return None
-    return read_record(path, SWEEP_PLAN_FIELDS, SWEEP_PLAN_REQUIRED,
-                       "this folder's sweep cannot be resumed; run the sweep in another hydra.sweep.dir=")
-
-
-def read_sweep_job(path: Path) -> dict:
-    """One job's record <sweep dir>/runs/<job>.json; a damaged one (torn by a kill, edited) is a RecordError."""
-    return read_record(path, SWEEP_JOB_FIELDS, SWEEP_JOB_REQUIRED,
-                       "its job's run is left out; name the run directory itself to include it")
-
-
-def job_run_dir(sweep_dir: Path, record: dict) -> Path:
-    """The run directory a job record names: relative to the sweep folder (absolute in an older gspo's)."""
-    return Path(os.path.normpath(sweep_dir / record["run_dir"]))
-
-
-def relative_run_dir(sweep_dir: Path, run_dir: Path) -> str:
-    """run_dir as a job record stores it: relative to the sweep folder, so a copied or moved tree still reads."""
-    return os.path.relpath(run_dir.resolve(), sweep_dir.resolve())
-
-
 def metrics_row_problem(row: dict) -> str | None:
     """What makes a metrics row unusable (None: nothing): its step must be a whole number >= 0."""
     step = row.get("step")
@@ -110,7 +74,7 @@ def metrics_row_problem(row: dict) -> str | None:
 
 def finite_or_none(value):
     """A metric value as a report uses it: a finite number, else None (missing): NaN, Infinity, text, lists."""
-    if isinstance(value, bool) or not isinstance(value, _NUMBER):
+    if isinstance(value, bool) or not isinstance(value, NUMBER):
         return None
     return value if math.isfinite(value) else None
 

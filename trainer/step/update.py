@@ -17,7 +17,6 @@ the same function.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -31,9 +30,9 @@ from gspo.trainer.parallel.distributed import World
 from gspo.trainer.parallel.moe import RoutingRecorder
 from gspo.trainer.run.guards import NonFinite
 from gspo.trainer.step.context import StepContext
-from gspo.trainer.step.reduction import MetricSums, reduce_metrics, to_host
-from gspo.vocab.metrics import CLIP, GRAD_NORM, LR, RATIO, reductions, section
-from gspo.vocab.reductions import SUM
+from gspo.trainer.step.reduction import MetricSums, reduce_metrics
+from gspo.trainer.step.undo import nonfinite_guard, restore, snapshot
+from gspo.vocab.metrics import GRAD_NORM, LR, reductions
 
 # The update's own metrics, reduced like the algorithm's: means over the updates of a step.
 UPDATE_METRICS = reductions((GRAD_NORM, LR))
@@ -76,7 +75,7 @@ def run_updates(ctx: StepContext, batch: Batch, *, seed: int, undoable: bool = F
     every rank holds the whole batch and computes the micro-batches dealt to it (trainer/parallel/distributed.py)."""
     state = _Pass({**get_algorithm(ctx.algo.name).metrics, **UPDATE_METRICS})
     gen = torch.Generator().manual_seed(seed)  # a host draw: the order is bookkeeping, not data
-    snapshot = _snapshot(ctx) if undoable else None
+    saved = snapshot(ctx) if undoable else None
     ctx.model.train()
     try:
         for epoch in range(ctx.train.epochs):
@@ -85,8 +84,8 @@ def run_updates(ctx: StepContext, batch: Batch, *, seed: int, undoable: bool = F
             for s in range(0, len(order), size):
                 state.per_update.append(_optimizer_step(ctx, batch, order[s : s + size], state, epoch))
     except NonFinite:
-        if snapshot is not None:
-            _restore(snapshot, ctx)
+        if saved is not None:
+            restore(saved, ctx)
         raise
     finally:
         ctx.model.eval()
@@ -102,51 +101,11 @@ def _optimizer_step(ctx: StepContext, batch: Batch, idx: list[int], state: _Pass
     metrics = _minibatch_grads(ctx, batch, idx, state, epoch)
     if not fsdp.is_sharded(ctx.model):  # FSDP reduce-scatters the gradients in each backward
         distributed.sum_grads(ctx.precision.params, ctx.world)  # [distributed] the global gradient
-    guard = _nonfinite_guard(ctx.optimizer, metrics, state.per_update, state.kinds)
+    guard = nonfinite_guard(ctx.optimizer, metrics, state.per_update, state.kinds)
     metrics[GRAD_NORM] = ctx.precision.step(ctx.optimizer, ctx.train.max_grad_norm, guard=guard).detach()
     metrics[LR] = torch.tensor(ctx.scheduler.get_last_lr()[0], device=batch.advantages.device)
     ctx.scheduler.step()
     return metrics
-
-
-def _snapshot(ctx: StepContext) -> tuple:
-    """Copies of what a batch's updates change (weights, optimizer and schedule state), so a batch that
-    meets a non-finite value is undone whole; costs one copy of the trainable weights and the optimizer
-    state per step."""
-    return ([m.detach().clone() for m in ctx.precision.master], copy.deepcopy(ctx.optimizer.state_dict()),
-            ctx.scheduler.state_dict())
-
-
-def _restore(snapshot: tuple, ctx: StepContext) -> None:
-    master, optimizer_state, scheduler_state = snapshot
-    with torch.no_grad():
-        torch._foreach_copy_(ctx.precision.master, master)
-        if ctx.precision.separate_master:
-            torch._foreach_copy_(ctx.precision.params, ctx.precision.master)
-    ctx.optimizer.load_state_dict(optimizer_state)
-    ctx.scheduler.load_state_dict(scheduler_state)
-
-
-def _nonfinite_guard(optimizer, metrics: dict, done: list[dict], kinds: dict[str, str]):
-    """The check Precision.step runs before the optimizer steps: a non-finite loss or gradient norm (None
-    when fp16's loss scale handles an overflow itself) discards the gradients and raises NonFinite, so the
-    bad update never reaches the weights. One host sync per optimizer step."""
-
-    def guard(norm: torch.Tensor | None) -> None:
-        values = {k: v for k, v in metrics.items() if kinds.get(k) == SUM}  # the loss terms
-        if norm is not None:
-            values[GRAD_NORM] = norm
-        if norm is not None and norm.device.type == "meta":
-            return  # meta tensors hold no values (the device-placement test runs the update there)
-        if bool(torch.stack([v.detach().float() for v in values.values()]).isfinite().all()):
-            return
-        optimizer.zero_grad(set_to_none=True)
-        bad = [k for k, v in values.items() if not bool(v.isfinite())]
-        ratios = [{k: v for k, v in r.items() if section(k) in (RATIO, CLIP)} for r in [*done, metrics]]
-        raise NonFinite(f"{', '.join(sorted(bad, reverse=True))} in update {len(done) + 1}",
-                        {"ratio_stats": to_host(reduce_metrics(ratios, kinds))})
-
-    return guard
 
 
 def micro_batches(idx: list[int], micro_batch_size: int | None, world: World,

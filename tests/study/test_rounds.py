@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 from report_runs import fake_run
 
-from gspo.cli.compare import plan_rounds
 from gspo.conf.schema import VerdictConfig
 from gspo.report import write_report
-from gspo.report.rounds import STOP_SETTLED, look, round_lines
 from gspo.report.sequential import decide
 from gspo.report.stats import Interval, clip_to, paired_ci, sign_flip_p
+from gspo.study.presets import sweep_params
+from gspo.study.rounds import look, preset_rounds, round_lines
 
 
 def test_rounds_add_seeds_up_to_the_budget():
-    assert plan_rounds("compare", [], VerdictConfig()) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
-    assert plan_rounds("compare", ["seed=5,7"], VerdictConfig(max_seeds=5, round_seeds=2)) == [[5, 7], [8, 9], [10]]
+    assert preset_rounds([], sweep_params("compare"), VerdictConfig()) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    assert preset_rounds(["seed=5,7"], sweep_params("compare"), VerdictConfig(max_seeds=5, round_seeds=2)) == [[5, 7], [8, 9], [10]]
 
 
 def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):
@@ -35,7 +35,7 @@ def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):
     two = look(every, None, 0.02, [3, 6], 12, "pocock", final=False)
     assert two.level == pytest.approx(0.0315, abs=5e-4) and two.diffs[0].flip_p == pytest.approx(2 / 64)
     assert two.settled and two.decisions[0].resolved and two.decisions[0].interval.low > 0
-    lines = round_lines([one, two], STOP_SETTLED, 12, "pocock", 0.02)
+    lines = round_lines([one, two], "settled", 12, "pocock", 0.02)
     assert lines[0].startswith("Seeds were added in rounds until the answer was known: 2 round(s), 6 seeds per arm "
                                "(at most 12); stopped because every comparison was resolved or shown equivalent within "
                                "+-0.02. Group-sequential design: Pocock-type alpha spending (Lan & DeMets 1983)")

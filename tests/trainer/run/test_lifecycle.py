@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import LEARNING_SEED, TINY, without_timing
 
-from gspo.cli.errors import one_line_errors
 from gspo.conf import GspoError, compose_config, config_to_yaml
+from gspo.conf.errors import one_line_errors
 from gspo.report.runs import load_run, unread_steps
 from gspo.trainer import loop
 from gspo.trainer.run.rundir import SET_ASIDE, RunDir, read_jsonl, read_status

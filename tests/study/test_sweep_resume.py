@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from gspo.cli import sweep as sweep_cli
-from gspo.cli.sweep import new_stamp, sweep_folder
 from gspo.conf import GspoError, compose_config
 from gspo.conf.resume import continued_config, saved_config
-from gspo.report.runs import sweep_runs
+from gspo.study import sweep as sweep_cli
+from gspo.study.sweep import new_stamp, sweep_folder
 from gspo.trainer.run.rundir import read_jsonl
+from gspo.trainer.run.sweepdir import sweep_runs
 
 SWEEP = (*TINY, "seed=0", "train.steps=1", "train.eval_every=0", "logger.progress=false", "output_dir=runs",
          "hydra.sweep.dir=sw")
@@ -42,11 +42,9 @@ def one_job(gspo, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _sweep_env(monkeypatch):
-    """run_sweep sets sys.argv and GSPO_SWEEP* for its Hydra jobs: put them back after each test."""
+def _sweep_argv(monkeypatch):
+    """run_sweep sets sys.argv for its Hydra jobs: put it back after each test."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))
-    for key in ("GSPO_SWEEP", "GSPO_SWEPT", "GSPO_COMMAND"):
-        monkeypatch.setenv(key, os.environ.get(key, ""))
 
 
 def _copy(one_job: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
@@ -160,7 +158,7 @@ def test_an_interrupted_compare_prints_a_command_that_resumes_it(gspo, tmp_path,
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sweep_cli, "_job", interrupted)
+    monkeypatch.setattr(sweep_cli, "hydra_job", interrupted)
     folder = tmp_path / "my sweep"
     result = gspo.invoke("compare", "seed=0", f"hydra.sweep.dir={folder}")
     assert result.exit_code == 130, result.output

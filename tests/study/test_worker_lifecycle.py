@@ -1,4 +1,4 @@
-"""joblib's workers cannot outlive the `gspo compare` that started them (cli/sweep.py `watched_loky`,
+"""joblib's workers cannot outlive the `gspo compare` that started them (study/watch.py `watched_loky`,
 `_watch_parent`): the parent's pid is taken in the parent before any worker starts, and each worker watches it
 from its birth, idle or busy. Seen before: a compare SIGKILLed while its workers were starting left them
 orphaned; they took their queued jobs anyway, trained them to the end and never exited (the first job read the
@@ -24,13 +24,13 @@ pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 PARENT = textwrap.dedent("""
     import os, sys, time
     from joblib import Parallel, delayed
-    from gspo.cli import sweep
+    from gspo.study import watch as sweep
 
     out = sys.argv[1]
     sweep.watched_loky()  # as run_sweep does, before Hydra's launcher starts the workers
 
     def job(i):
-        sweep._die_with_parent()  # as each job of _job does first
+        sweep.die_with_parent()  # as each job does first (study/job.py)
         open(os.path.join(out, f"job{i}-{os.getpid()}"), "w").close()
         time.sleep(120)  # a long run
         return i
@@ -79,7 +79,7 @@ def test_workers_of_a_killed_parent_end_and_take_no_queued_job(tmp_path):
 
 def test_a_worker_born_after_its_parent_died_ends_at_once():
     gone = 2**22 + 1  # above the kernel's default pid_max: no process has it, as a parent that has died
-    code = f"from gspo.cli import sweep; sweep._watch_parent({gone}); print('took a job')"
+    code = f"from gspo.study import watch; watch.watch_parent({gone}); print('took a job')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (143, "")
 
@@ -87,18 +87,19 @@ def test_a_worker_born_after_its_parent_died_ends_at_once():
 def test_a_killed_worker_is_one_line_naming_the_resume(monkeypatch, tmp_path):
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
-    from gspo.cli import sweep
+    from gspo.study import sweep
 
     def killed():
         assert os.environ.get("HYDRA_FULL_ERROR") == "1"  # Hydra passes the error on instead of printing it
         raise TerminatedWorkerError("A worker process managed by the executor was unexpectedly terminated. "
                                     f"The exit codes of the workers are {{SIGKILL(-{signal.SIGKILL})}}")
 
-    monkeypatch.setattr(sweep, "_job", killed)
+    monkeypatch.setattr(sweep, "hydra_job", killed)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(GspoError) as e:
-        sweep.run_sweep(["algo=grpo,gspo", "hydra/launcher=joblib", "hydra.sweep.dir=sw"], again="gspo compare x=1")
+        sweep.run_sweep(["algo=grpo,gspo", "hydra/launcher=joblib", "hydra.sweep.dir=sw"],
+                        sweep.SweepCall(again="gspo compare x=1"))
     message = str(e.value)
     assert "\n" not in message and "worker process was killed" in message
     assert message.endswith("resume the sweep (finished jobs skipped): gspo compare x=1 hydra.sweep.dir=sw")

@@ -1,4 +1,4 @@
-"""An until=resolved experiment's record (cli/until.py, cli/compare.py compare_until), with the sweeps and
+"""An until=resolved experiment's record (study/until.py, study/compare.py compare_until), with the sweeps and
 looks stood in for (no training): the design is recorded at the first look and checked on every attempt (seen
 before: an edited preset or verdict.max_seeds was taken silently and the boundaries re-planned after looks were
 seen); every look is appended (seen: sequential.json overwritten, earlier looks lost); the folder is resolved
@@ -14,35 +14,31 @@ from types import SimpleNamespace
 
 import pytest
 
-from gspo.cli import compare, until
 from gspo.conf.errors import GspoError
 from gspo.conf.verdict import split_verdict
+from gspo.study import compare, until
 
 
 @pytest.fixture
 def stand_ins(monkeypatch, tmp_path):
     """compare_until with its sweeps, looks and report stood in for; returns what they were asked."""
-    import gspo.cli.report
-    import gspo.cli.sweep
-    import gspo.report
-    import gspo.report.rounds
+    import gspo.study.compare
 
     asked = SimpleNamespace(sweeps=[], report=None)
 
-    def run_sweep(args, **kw):
+    def run_sweep(args, call):
         folder = Path(next(a for a in args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
         (folder / "runs").mkdir(parents=True, exist_ok=True)
-        asked.sweeps.append((folder, kw))
+        asked.sweeps.append((folder, call))
         return folder
 
     def look(dirs, metric, effect, seen, max_seeds, spending, last):
         return SimpleNamespace(seeds=seen[-1], level=0.01 * len(dirs), settled=False, diffs=[])
 
-    monkeypatch.setattr(gspo.cli.sweep, "run_sweep", run_sweep)
-    monkeypatch.setattr(gspo.report.rounds, "look", look)
-    monkeypatch.setattr(gspo.report.rounds, "round_lines", lambda looks, *a: [f"{len(looks)} rounds"])
-    monkeypatch.setattr(gspo.report, "write_report", lambda dirs, out, **kw: setattr(asked, "report", (dirs, kw)))
-    monkeypatch.setattr(gspo.cli.report, "print_report", lambda report: None)
+    monkeypatch.setattr(gspo.study.compare, "run_sweep", run_sweep)
+    monkeypatch.setattr(gspo.study.compare, "look", look)
+    monkeypatch.setattr(gspo.study.compare, "round_lines", lambda looks, *a: [f"{len(looks)} rounds"])
+    monkeypatch.setattr(gspo.study.compare, "write_report", lambda dirs, out, **kw: setattr(asked, "report", (dirs, kw)))
     monkeypatch.chdir(tmp_path)
     return asked
 
@@ -50,7 +46,8 @@ def stand_ins(monkeypatch, tmp_path):
 def _until(*overrides: str) -> None:
     args = ["verdict.until=resolved", "verdict.max_seeds=4", "verdict.round_seeds=2", "seed=0,1", *overrides]
     verdict, rest = split_verdict(args)
-    compare.compare_until("compare", rest, verdict, "gspo compare " + " ".join(args))
+    compare.compare_until("compare", rest, verdict, "gspo compare " + " ".join(args),
+                          compare.again_command(args))
 
 
 def test_the_design_is_fixed_at_the_first_look_and_every_look_is_kept(stand_ins, tmp_path):
@@ -76,8 +73,8 @@ def test_the_folder_is_resolved_once_and_the_interrupt_hint_names_it(stand_ins, 
     folders = {f.parent for f, _ in stand_ins.sweeps}
     assert len(folders) == 1 and [f.name for f, _ in stand_ins.sweeps] == ["round-1", "round-2"]
     (outer,) = folders
-    assert all(kw["again_dir"] == outer for _, kw in stand_ins.sweeps)
-    assert stand_ins.sweeps[1][1]["again"] == ("gspo compare verdict.until=resolved verdict.max_seeds=4 "
+    assert all(call.again_dir == outer for _, call in stand_ins.sweeps)
+    assert stand_ins.sweeps[1][1].again == ("gspo compare verdict.until=resolved verdict.max_seeds=4 "
                                                "verdict.round_seeds=2 seed=0,1")
     stand_ins.sweeps.clear()
     _until()
@@ -100,9 +97,11 @@ def test_report_of_an_until_folder_gives_its_page(stand_ins, tmp_path, monkeypat
     from typer.testing import CliRunner
 
     import gspo.cli.report
+    import gspo.report
     from gspo.cli.main import app
 
     _until("hydra.sweep.dir=u")
+    monkeypatch.setattr(gspo.report, "write_report", lambda dirs, out, **kw: setattr(stand_ins, "report", (dirs, kw)))
     monkeypatch.setattr(gspo.cli.report, "print_report", lambda report: None)
     result = CliRunner().invoke(app, ["report", "u"])
     assert result.exit_code == 0, (result.output, result.exception)

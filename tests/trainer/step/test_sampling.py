@@ -19,7 +19,7 @@ from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.sampling import sample_batch
 from gspo.trainer.tasks.task_types import Item, Task, uniform_draw
 from tests.conftest import TINY
-from tests.trainer.test_rollout import _engine, _tiny
+from tests.trainer.engines.test_rollout import _engine, _tiny
 
 B, G, STEP = 4, 4, 3
 ITEMS = [Item(prompt=f"{i}+1=", gold=str(i)) for i in range(20)]

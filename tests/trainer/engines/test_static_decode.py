@@ -18,7 +18,7 @@ from gspo.trainer.engines.rollout import row_uniforms
 from gspo.trainer.engines.static_decode import BUCKET, CHECK_EVERY, bucket
 from gspo.trainer.model.logprobs import completion_logprobs
 from gspo.trainer.model.models import build_tiny_qwen3
-from tests.trainer.test_rollout import PROMPTS, _engine, _tiny
+from tests.trainer.engines.test_rollout import PROMPTS, _engine, _tiny
 
 WIDE = ["1+2=", "12+345=", "99*99+1=", "4021*3-17=", "7=", "123456789+987654321="]  # widths 2..21: left padding
 

@@ -12,7 +12,7 @@ pytest.importorskip("wandb.proto.wandb_internal_pb2")
 
 
 def test_resumed_run_logs_its_new_steps_to_the_same_wandb_run(gspo, tmp_path):
-    from tests.trainer.test_wandb_logger import _wait_for_exit_record, history_by_step, read_records
+    from tests.trainer.run.test_wandb_logger import _wait_for_exit_record, history_by_step, read_records
 
     common = (f"seed={LEARNING_SEED}", "logger=wandb", "logger.wandb=offline", "logger.progress=false",
               "train.eval_every=0")

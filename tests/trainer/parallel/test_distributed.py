@@ -304,8 +304,8 @@ def test_slurm_launcher_configs_compose(gspo, name, nodes):
 
 
 def test_a_slurm_launcher_without_its_plugin_is_one_line(gspo, tmp_path, monkeypatch):
-    from gspo.cli import sweep
     from gspo.conf.errors import GspoError
+    from gspo.study import launch as sweep
 
     monkeypatch.setattr(sweep, "plugin_installed", lambda module: False)
     result = gspo.invoke("sweep", "hydra/launcher=slurm_2x8", f"hydra.sweep.dir={tmp_path / 'sweep'}",

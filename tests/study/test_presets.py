@@ -10,22 +10,22 @@ import pytest
 import yaml
 from conftest import TINY
 
-from gspo.cli.compare import pick_preset, presets, swept_by
 from gspo.conf.errors import GspoError
+from gspo.study.presets import pick_preset, presets, swept_by
 
 
 def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
     assert {"compare", "family", "family2026", "lr", "moe", "mismatch", "stability", "qwen3-0.6b", "qwen3-1.7b",
             "qwen3-0.6b-family"} <= set(presets())
-    assert swept_by(presets()["qwen3-0.6b"]) == ("seed", "algo")
-    assert swept_by(presets()["lr"]) == ("seed", "train.lr", "algo")
+    assert swept_by("qwen3-0.6b") == ("seed", "algo")
+    assert swept_by("lr") == ("seed", "train.lr", "algo")
     assert "gspo_token" not in presets()["compare"].split("params:")[1]
     assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
     assert pick_preset(["preset=moe", "seed=0"]) == ("moe", ["seed=0"])
-    assert swept_by(presets()["moe"]) == ("seed", "algo")
-    assert swept_by(presets()["mismatch"]) == ("algo", "algo.correction.kind", "seed")
-    assert swept_by(presets()["family"]) == ("seed", "algo")
-    assert swept_by(presets()["family2026"]) == ("seed", "algo")
+    assert swept_by("moe") == ("seed", "algo")
+    assert swept_by("mismatch") == ("algo", "algo.correction.kind", "seed")
+    assert swept_by("family") == ("seed", "algo")
+    assert swept_by("family2026") == ("seed", "algo")
 
 
 @pytest.mark.parametrize("given, hint", [("mo", "did you mean moe?"), ("stabilty", "did you mean stability?"),
@@ -63,9 +63,9 @@ def test_compare_runs_a_claim_preset_and_reports_it(gspo, tmp_path):
     assert all(any(t.startswith("algo.correction.kind=") for t in c["logger"]["tags"]) for c in cfgs)
     report = (tmp_path / "sw" / "report" / "report.md").read_text()
     assert "gspo compare preset=mismatch" in report
-    from gspo.cli.sweep import GIB_PER_JOB, _memory_gib
+    from gspo.study.launch import GIB_PER_JOB, memory_gib
 
-    if (os.cpu_count() or 1) >= 2 and _memory_gib() >= 2 * GIB_PER_JOB:  # side by side (cli/sweep.py jobs_at_once)
+    if (os.cpu_count() or 1) >= 2 and memory_gib() >= 2 * GIB_PER_JOB:  # side by side (study/launch.py jobs_at_once)
         assert "jobs at once" in result.stderr
         pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "sw" / "runs").glob("*.json")}
         assert len(pids) >= 2, pids

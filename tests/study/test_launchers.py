@@ -1,6 +1,6 @@
 """Hydra's launcher and sweeper plugins drive `gspo sweep` unchanged: Optuna searches on a named metric with
 trials run two at once by joblib (one torch thread each), and submitit's local launcher. `gspo compare` runs a
-preset's jobs side by side on CPU cores when no launcher is named (cli/sweep.py `jobs_at_once`)."""
+preset's jobs side by side on CPU cores when no launcher is named (study/launch.py `jobs_at_once`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import TINY
 
-from gspo.trainer.run.records import job_run_dir
+from gspo.trainer.run.sweepdir import job_run_dir
 
 pytestmark = pytest.mark.slow  # each starts a sweep of fresh interpreters (~20 s of CPU)
 
@@ -68,11 +68,11 @@ def cpu_only(monkeypatch):
 
 
 def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_elsewhere(cpu_only, monkeypatch):
-    from gspo.cli import sweep
-    from gspo.cli.compare import presets, sweep_params
+    from gspo.study import launch as sweep
+    from gspo.study.presets import sweep_params
 
-    compare = ["+sweep=compare"], sweep_params(presets()["compare"])  # 6 jobs: 2 algorithms x 3 seeds
-    monkeypatch.setattr(sweep, "_memory_gib", lambda: 64.0)  # the memory for 32 jobs, whatever this machine has
+    compare = ["+sweep=compare"], sweep_params("compare")  # 6 jobs: 2 algorithms x 3 seeds
+    monkeypatch.setattr(sweep, "memory_gib", lambda: 64.0)  # the memory for 32 jobs, whatever this machine has
     cpu_only(2)
     assert sweep.jobs_at_once(*compare) == 2
     cpu_only(4)
@@ -86,12 +86,12 @@ def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_else
     assert sweep.jobs_at_once(["+sweep=compare", "hydra/launcher=basic"], compare[1]) == 1  # the user's launcher
     assert sweep.jobs_at_once(["+sweep=compare", "device=cuda"], compare[1]) == 1
     assert sweep.jobs_at_once(["+sweep=compare", "model=qwen3-0.6b"], compare[1]) == 1  # a hub model: one at a time
-    monkeypatch.setattr(sweep, "_memory_gib", lambda: 3.0)
+    monkeypatch.setattr(sweep, "memory_gib", lambda: 3.0)
     assert sweep.jobs_at_once(*compare) == 1  # not the memory for two (2 GiB a job)
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(sweep, "_memory_gib", lambda: 64.0)
+    monkeypatch.setattr(sweep, "memory_gib", lambda: 64.0)
     assert sweep.jobs_at_once(*compare) == 1  # runs on a GPU (device=auto)
 
 

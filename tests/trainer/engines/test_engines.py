@@ -24,7 +24,7 @@ from gspo.trainer.engines.registry import (
 from gspo.trainer.parallel.distributed import World
 from tests.conftest import LEARNING_SEED, TINY
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_rollout_preset_names_a_registered_engine():

@@ -16,7 +16,7 @@ from gspo.trainer.loop import format_prompts
 from gspo.trainer.model.models import build_char_tokenizer
 from gspo.trainer.tasks.registry import build_task
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 LCB, CF = DATA / "lcb_sample.jsonl", DATA / "cf_sample.jsonl"
 
 

@@ -32,9 +32,9 @@ from gspo.trainer.step.update import Batch, run_updates
 from gspo.trainer.tasks.registry import build_task
 from gspo.trainer.tasks.task_types import Task, uniform_draw
 from tests.conftest import TINY
-from tests.trainer.test_sampling import ITEMS, STEP, B, G, engine, rounds  # noqa: F401  (engine: a fixture)
-from tests.trainer.test_sampling import conf as sampling_conf
-from tests.trainer.test_update import LENGTHS, SAMPLING, TOL, N, P, T, V, _model, _train
+from tests.trainer.step.test_sampling import ITEMS, STEP, B, G, engine, rounds  # noqa: F401  (engine: a fixture)
+from tests.trainer.step.test_sampling import conf as sampling_conf
+from tests.trainer.step.test_update import LENGTHS, SAMPLING, TOL, N, P, T, V, _model, _train
 
 ADV = torch.tensor([1.2, -0.7, 0.4, -1.5, 0.9, 0.3, -0.2, -0.4])  # 4 of 8 sequences negative
 

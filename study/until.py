@@ -24,8 +24,9 @@ from gspo.conf.errors import GspoError
 from gspo.conf.overrides import first_job, planned_jobs
 from gspo.conf.resume import trajectory_neutral
 from gspo.conf.schema import VerdictConfig
-from gspo.trainer.run.records import SWEEP_RUNS, RecordError, read_record, read_sweep_job
+from gspo.trainer.run.records import read_record
 from gspo.trainer.run.rundir import atomic_write_text
+from gspo.trainer.run.sweepdir import damaged_job_records
 
 RECORD = "sequential.json"
 DESIGN_VERDICT = ("max_seeds", "round_seeds", "spending", "effect", "metric")  # not max_minutes: a budget, not a plan
@@ -107,12 +108,10 @@ def finish(outer: Path, outcome: dict) -> None:
 def check_round_records(sweep_dir: Path) -> None:
     """Every job record of a round is whole: a damaged one (torn by a kill) would drop its seed from the look, and
     the look would read the arms as unpaired. One line naming the file."""
-    for path in sorted((sweep_dir / SWEEP_RUNS).glob("*.json")):
-        try:
-            read_sweep_job(path)
-        except RecordError as e:
-            raise GspoError(f"{e.what}: the look would leave its seed out; rerun the same command (a finished job's "
-                            "record is written again)") from None
+    damaged = damaged_job_records(sweep_dir)
+    if damaged:
+        raise GspoError(f"{damaged[0].what}: the look would leave its seed out; rerun the same command (a finished "
+                        "job's record is written again)")
 
 
 def page(outer: Path) -> tuple[list[Path], list[str], dict[str, float] | None]:
