@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-SCALES = ("std", "none", "mean")
+from gspo.vocab.choices import Advantage, AdvScale
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -66,22 +66,22 @@ def constant_components(components: Tensor, group_size: int) -> Tensor:
     return torch.stack([constant_groups(components[:, k], group_size) for k in range(components.shape[1])]).all(0)
 
 
-def group_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = "std") -> Tensor:
+def group_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = AdvScale.STD) -> Tensor:
     """Group-normalised advantages, same shape as `rewards` ([N] group-major, or [B, G]).
 
     scale: "std" (GRPO/GSPO, Bessel std), "none" (Dr. GRPO, mean-centred only) or "mean" (MaxRL).
     """
-    if scale not in SCALES:
-        raise ValueError(f"unknown advantage scale {scale!r}; known: {', '.join(SCALES)}")
+    if scale not in AdvScale.values:
+        raise ValueError(f"unknown advantage scale {scale!r}; known: {', '.join(AdvScale.values)}")
     grouped = _grouped(rewards, group_size)  # [B, G]
     # r_i - mean_group(r)
     adv = grouped - grouped.mean(dim=-1, keepdim=True)
-    if scale == "std":
+    if scale == AdvScale.STD:
         # std_group(r) = sqrt(sum_j (r_j - mean)^2 / (G - 1))   (Bessel)
         std = grouped.std(dim=-1, keepdim=True, correction=1)
         # A_i = (r_i - mean) / (std + eps)
         adv = adv / (std + eps)
-    elif scale == "mean":
+    elif scale == AdvScale.MEAN:
         # A_i = (r_i - mean) / mean   (MaxRL; the mean bounded below by eps)
         adv = adv / grouped.mean(dim=-1, keepdim=True).clamp(min=eps)
     # Equal rewards carry no signal: exactly 0
@@ -96,7 +96,7 @@ def frac_zero_std_groups(rewards: Tensor, group_size: int) -> Tensor:
 
 
 def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *, eps: float = 1e-6,
-                    scale: str = "std") -> Tensor:
+                    scale: str = AdvScale.STD) -> Tensor:
     """Per-token advantages [N, T] from per-step rewards: process supervision (DeepSeekMath, arXiv
     2402.03300, sec. 4.1.3), the credit the `step` estimator gives each token.
 
@@ -109,7 +109,7 @@ def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *,
     so a token carries the credit of its own step and of every later one; tokens after the last step
     end get 0. A group whose step rewards are all equal gets exactly 0, as in `group_advantages`.
     """
-    if scale not in ("std", "none"):
+    if scale not in (AdvScale.STD, AdvScale.NONE):
         raise ValueError(f"advantage scale {scale!r} does not apply to step rewards; known: std, none")
     if step_rewards.shape != step_ends.shape or step_rewards.dim() != 2:
         raise ValueError(f"step_rewards and step_ends must both be [N, T], got {tuple(step_rewards.shape)} "
@@ -122,7 +122,7 @@ def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *,
     # mean_group(r) over the group's steps
     mean = torch.where(ends, rewards, 0.0).sum(dim=-1, keepdim=True) / count.clamp(min=1)
     centred = torch.where(ends, rewards - mean, 0.0)
-    if scale == "std":
+    if scale == AdvScale.STD:
         # std_group(r) = sqrt(sum_k (r_k - mean)^2 / (K - 1))   (Bessel)
         std = (centred.pow(2).sum(dim=-1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
         centred = centred / (std + eps)
@@ -133,7 +133,7 @@ def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *,
     return normed.flip(-1).cumsum(-1).flip(-1)
 
 
-def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = "std") -> Tensor:
+def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = AdvScale.STD) -> Tensor:
     """GDPO's multi-reward advantages [N] (Liu et al. 2026, "GDPO: Group reward-Decoupled Normalization Policy
     Optimization", arXiv 2601.05242; TRL's multi_objective_aggregation="normalize_then_sum").
 
@@ -149,7 +149,7 @@ def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, s
     too (S = 0 there; the batch mean of S is 0 only up to rounding). scale="none" skips the per-group std division
     (the batch step stays).
     """
-    if scale not in ("std", "none"):
+    if scale not in (AdvScale.STD, AdvScale.NONE):
         raise ValueError(f"advantage scale {scale!r} does not apply to GDPO; known: std, none")
     if components.dim() != 2:
         raise ValueError(f"reward components must be [N, K], got shape {tuple(components.shape)}")
@@ -194,9 +194,9 @@ def _gdpo(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=Non
 
 
 ESTIMATORS: dict[str, Estimator] = {
-    "group": Estimator(_group, per_token=False, needs_steps=False),
-    "step": Estimator(_step, per_token=True, needs_steps=True),
-    "gdpo": Estimator(_gdpo, per_token=False, needs_steps=False, needs_components=True),
+    Advantage.GROUP: Estimator(_group, per_token=False, needs_steps=False),
+    Advantage.STEP: Estimator(_step, per_token=True, needs_steps=True),
+    Advantage.GDPO: Estimator(_gdpo, per_token=False, needs_steps=False, needs_components=True),
 }
 
 

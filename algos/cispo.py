@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation
+
 from .common import (
     MAX_LOG_RATIO,
     STANDARD_METRICS,
-    TOKEN_MEAN,
     LossInputs,
     check_aggregation,
     clip_metrics,
@@ -38,7 +39,7 @@ from .registry import register
 
 @dataclass(frozen=True)
 class CispoOptions:
-    aggregation: str = TOKEN_MEAN  # token_mean (the paper's), seq_mean_token_mean, seq_mean_token_sum_norm
+    aggregation: str = Aggregation.TOKEN_MEAN  # token_mean (the paper's), seq_mean_token_mean, seq_mean_token_sum_norm
 
     def __post_init__(self) -> None:
         check_aggregation(self.aggregation)

@@ -17,7 +17,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from .metrics import (
+from gspo.vocab.choices import Aggregation
+from gspo.vocab.metrics import (
     CLIP_HIGH_FRAC,
     CLIP_LOW_FRAC,
     CLIP_OUT_OF_BAND,
@@ -41,15 +42,12 @@ from .metrics import (
 # float16/bfloat16. verl uses the same bound for the GSPO sequence ratio. Above it the gradient is 0.
 MAX_LOG_RATIO = 10.0
 
-# The token-aggregation modes, by name (verl's loss_agg_mode spelt with underscores).
-SEQ_MEAN_TOKEN_MEAN = "seq_mean_token_mean"  # 1/N sum_i 1/|y_i| sum_t      (GRPO paper)
-TOKEN_MEAN = "token_mean"  # 1/sum_i|y_i| sum_i sum_t                         (DAPO)
-SEQ_MEAN_TOKEN_SUM_NORM = "seq_mean_token_sum_norm"  # 1/N sum_i 1/max_len sum_t   (Dr. GRPO)
-AGGREGATIONS = (SEQ_MEAN_TOKEN_MEAN, TOKEN_MEAN, SEQ_MEAN_TOKEN_SUM_NORM)
+# The token-aggregation modes are gspo.vocab.choices.Aggregation (GRPO's option; conf checks the config against it).
+AGGREGATIONS = Aggregation.values
 
 
-# How each metric made here reduces over micro-batches (gspo.algos.registry.REDUCTIONS).
-STANDARD_METRICS = reductions(STANDARD)  # as the catalogue (algos/metrics.py) declares them
+# How each metric made here reduces over micro-batches (gspo.vocab.reductions.REDUCTIONS).
+STANDARD_METRICS = reductions(STANDARD)  # as the catalogue (vocab/metrics.py) declares them
 
 
 def valid_tokens(mask: Tensor) -> Tensor:
@@ -104,17 +102,17 @@ def aggregate(
     sequences) or `token_denominator` (number of valid tokens) of the whole minibatch, the results
     of its micro-batches sum to the full-minibatch value.
     """
-    if aggregation == TOKEN_MEAN:
+    if aggregation == Aggregation.TOKEN_MEAN:
         # 1/sum_i |y_i| * sum_i sum_t v_it
         n_tokens = mask.sum().clamp(min=1.0) if token_denominator is None else token_denominator
         return masked_sum(values, mask) / n_tokens
-    if aggregation == SEQ_MEAN_TOKEN_MEAN:
+    if aggregation == Aggregation.SEQ_MEAN_TOKEN_MEAN:
         # 1/|y_i| * sum_t v_it
         per_seq = masked_sum(values, mask, dim=-1) / seq_lengths(mask)
-    elif aggregation == SEQ_MEAN_TOKEN_SUM_NORM:
+    elif aggregation == Aggregation.SEQ_MEAN_TOKEN_SUM_NORM:
         if max_len is None and seq_denominator is not None:
             # The padded width T differs between micro-batches, so it cannot be the shared constant.
-            raise ValueError(f"{SEQ_MEAN_TOKEN_SUM_NORM} with seq_denominator needs an explicit max_len")
+            raise ValueError(f"{Aggregation.SEQ_MEAN_TOKEN_SUM_NORM} with seq_denominator needs an explicit max_len")
         # 1/max_len * sum_t v_it, a constant normaliser (Dr. GRPO), default the padded width T
         per_seq = masked_sum(values, mask, dim=-1) / (values.shape[-1] if max_len is None else max_len)
     else:

@@ -23,9 +23,9 @@ sequence-level correction fits every algorithm and a token-level one every token
 Departures and choices:
 - The three levels have scales orders of magnitude apart (a geometric mean of ratios 1 +- 1e-3 is
   1 +- 1e-3 while their product over 64 tokens can be 0.9 or 1.1), so each level has its own default bounds
-  (conf/schema.py CORRECTION_BOUNDS; token and sequence: cap 2, band [0.5, 2], verl's rollout_is_threshold
+  (gspo.vocab.choices CORRECTION_BOUNDS; token and sequence: cap 2, band [0.5, 2], verl's rollout_is_threshold
   and its reciprocal; geometric: cap and band 1.001 / [0.999, 1.001], verl's decoupled_geo_rs), and mis at token
-  level IcePop's band [0.5, 5] (the paper's and verl's decoupled_token_icepop; conf/schema.py ICEPOP_BAND).
+  level IcePop's band [0.5, 5] (the paper's and verl's decoupled_token_icepop; gspo.vocab.choices ICEPOP_BAND).
 - The log-weight is bounded above by MAX_LOG_RATIO (10) before exp(), as every ratio here.
 - Metrics, over valid tokens (a sequence's weight counts once per token): correction/weight_mean and
   correction/weight_max of rho, the ratios before truncation or masking; correction/applied_mean of c, the
@@ -38,8 +38,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import MAX_LOG_RATIO, masked_mean, masked_sum, spread_to_tokens, token_log_ratio, valid_tokens
-from .metrics import (
+from gspo.vocab.choices import Correction, Level
+from gspo.vocab.metrics import (
     CORRECTION_APPLIED,
     CORRECTION_MASKED,
     CORRECTION_MAX,
@@ -47,19 +47,19 @@ from .metrics import (
     CORRECTION_TRUNCATED,
 )
 
-KINDS = ("none", "tis", "mis", "mask", "geo_rs")
-LEVELS = ("token", "sequence", "geometric")
-MASKING = ("mis", "mask", "geo_rs")  # kinds that zero the terms whose ratio leaves the band
+from .common import MAX_LOG_RATIO, masked_mean, masked_sum, spread_to_tokens, token_log_ratio, valid_tokens
+
+KINDS, LEVELS = Correction.values, Level.RESOLVED  # the vocabulary's (gspo.vocab.choices), computed here
 
 
 def log_rho(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, level: str) -> Tensor:
     """log rho, detached: [N, T] at token level (0 on padding), [N] at sequence or geometric level."""
     d = token_log_ratio(old_logp, engine_logp, mask).detach()  # [N, T], 0 on padding
-    if level == "token":
+    if level == Level.TOKEN:
         return d
     # log rho_i = sum_t d_it   (the product of the token ratios)
     total = masked_sum(d, mask, dim=-1)  # [N]
-    if level == "sequence":
+    if level == Level.SEQUENCE:
         return total
     # log rho_i = 1/|y_i| sum_t d_it   (their geometric mean)
     return total / mask.sum(dim=-1).clamp(min=1.0)
@@ -74,25 +74,25 @@ def correction_weights(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, k
     if kind not in KINDS or level not in LEVELS:
         raise ValueError(f"unknown correction {kind!r} at level {level!r}; known: {', '.join(KINDS)} at "
                          f"{', '.join(LEVELS)}")
-    if kind == "geo_rs" and level != "geometric":
+    if kind == Correction.GEO_RS and level != Level.GEOMETRIC:
         raise ValueError(f"geo_rs masks by the geometric-mean ratio: level must be geometric, got {level!r}")
     if not (cap > 0 and 0 <= low <= 1 <= high):
         raise ValueError(f"need cap > 0 and low <= 1 <= high, got cap {cap}, band [{low}, {high}]")
     rho = torch.exp(log_rho(old_logp=old_logp, engine_logp=engine_logp, mask=mask, level=level)
                     .clamp(max=MAX_LOG_RATIO))
-    if kind == "none":
+    if kind == Correction.NONE:
         return torch.ones_like(rho), {}
-    if kind == "tis":
+    if kind == Correction.TIS:
         # c = min(rho, cap)
         weights = rho.clamp(max=cap)
         cut = rho > cap
     else:
         inside = (rho >= low) & (rho <= high)
         # mis: c = rho 1[low <= rho <= high];  mask, geo_rs: c = 1[low <= rho <= high]
-        kept = rho if kind == "mis" else torch.ones_like(rho)
+        kept = rho if kind == Correction.MIS else torch.ones_like(rho)
         weights = torch.where(inside, kept, torch.zeros_like(rho))
         cut = ~inside
-    return weights, _metrics(rho, weights, cut, mask, truncated=kind == "tis")
+    return weights, _metrics(rho, weights, cut, mask, truncated=kind == Correction.TIS)
 
 
 def _metrics(rho: Tensor, weights: Tensor, cut: Tensor, mask: Tensor, *, truncated: bool) -> dict[str, Tensor]:

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import STANDARD_METRICS, TOKEN_MEAN
+from gspo.vocab.choices import Aggregation
+
+from .common import STANDARD_METRICS
 from .grpo import GRPO_CARD, GrpoOptions, grpo_loss
 from .registry import register
 
 
 @dataclass(frozen=True)
 class DapoOptions(GrpoOptions):
-    aggregation: str = TOKEN_MEAN  # the paper's token-level 1/sum_i |y_i| (sec. 3.3); GRPO's others allowed
+    aggregation: str = Aggregation.TOKEN_MEAN  # the paper's token-level 1/sum_i |y_i| (sec. 3.3); GRPO's others allowed
 
 
 register("dapo", options=DapoOptions, metrics=STANDARD_METRICS, token_advantages=True,

@@ -27,8 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .common import MAX_LOG_RATIO, out_of_band, seq_log_ratio, token_log_ratio, valid_tokens
-from .metrics import (
+from gspo.vocab.metrics import (
     DIAG_LEN_CORR_SEQ,
     DIAG_LEN_CORR_TOKEN,
     DIAG_SEQ_VAR,
@@ -41,6 +40,8 @@ from .metrics import (
     MISMATCH_SEQ_STD,
     MISMATCH_TOKEN_OOB,
 )
+
+from .common import MAX_LOG_RATIO, out_of_band, seq_log_ratio, token_log_ratio, valid_tokens
 
 LENGTH_BUCKETS = (1, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097)  # [lo, hi) edges in tokens
 

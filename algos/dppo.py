@@ -42,10 +42,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation
+
 from .common import (
     MAX_LOG_RATIO,
     STANDARD_METRICS,
-    TOKEN_MEAN,
     LossInputs,
     check_aggregation,
     clip_metrics,
@@ -62,7 +63,7 @@ ANCHORS = ("sampler", "trainer")
 @dataclass(frozen=True)
 class DppoOptions:
     tis_cap: float = 10000.0  # c of sg(min(r, c)): the authors' scripts (clip_ratio_c=10000, no truncation)
-    aggregation: str = TOKEN_MEAN  # verl's default; the authors' script: seq_mean_token_sum_norm (Dr. GRPO)
+    aggregation: str = Aggregation.TOKEN_MEAN  # verl's default; the authors' script: seq_mean_token_sum_norm (Dr. GRPO)
     anchor: str = "sampler"  # q: the sampler's log-probs (the authors' bypass_mode) or trainer (pi_old, decoupled)
 
     def __post_init__(self) -> None:

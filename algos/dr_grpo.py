@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import SEQ_MEAN_TOKEN_SUM_NORM, STANDARD_METRICS
+from gspo.vocab.choices import Aggregation
+
+from .common import STANDARD_METRICS
 from .grpo import GRPO_CARD, GrpoOptions, grpo_loss
 from .registry import register
 
 
 @dataclass(frozen=True)
 class DrGrpoOptions(GrpoOptions):
-    aggregation: str = SEQ_MEAN_TOKEN_SUM_NORM  # 1/max_len, the constant normaliser (paper, sec. 3)
+    aggregation: str = Aggregation.SEQ_MEAN_TOKEN_SUM_NORM  # 1/max_len, the constant normaliser (paper, sec. 3)
 
 
 register("dr_grpo", display="Dr. GRPO", options=DrGrpoOptions, metrics=STANDARD_METRICS, token_advantages=True,

@@ -25,9 +25,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation, Ratio
+
 from .common import (
     MAX_LOG_RATIO,
-    SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     LossInputs,
     clip_metrics,
@@ -40,7 +41,7 @@ from .common import (
 from .registry import register
 
 
-@register("gmpo", metrics=STANDARD_METRICS, ratio="geometric", aggregation="seq_mean", card=(
+@register("gmpo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation="seq_mean", card=(
     "ratio      sequence, the geometric mean of token ratios each clipped in LOG space, sign-aware by A_i:\n"
     "           l~_it = min(l_it, clip(l_it, -{clip_low}, {clip_high})) if A_i > 0, max(...) if A_i < 0 (ratios {exp_lo} .. {exp_hi})\n"
     "objective  J_i = A_i exp(1/|y_i| sum_t l~_it): a clipped token has no gradient"))
@@ -62,5 +63,5 @@ def gmpo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     band = (log_ratio < -x.clip_low) | (log_ratio > x.clip_high)
     metrics = clip_metrics(low=low, high=high, band=band, mask=x.mask)
     metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
-    reduce_tokens = x.reducer(SEQ_MEAN_TOKEN_MEAN)
+    reduce_tokens = x.reducer(Aggregation.SEQ_MEAN_TOKEN_MEAN)
     return x.finish(policy_loss, metrics, reduce_tokens)

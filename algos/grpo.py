@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation
+
 from .common import (
     MAX_LOG_RATIO,
-    SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     LossInputs,
     check_aggregation,
@@ -47,7 +48,7 @@ GRPO_CARD = ("ratio      token: r_it = exp(logp_it - old_logp_it), the log-ratio
 
 @dataclass(frozen=True)
 class GrpoOptions:
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN  # seq_mean_token_mean (GRPO paper), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)
+    aggregation: str = Aggregation.SEQ_MEAN_TOKEN_MEAN  # seq_mean_token_mean (GRPO paper), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)
 
     def __post_init__(self) -> None:
         check_aggregation(self.aggregation)

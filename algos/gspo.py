@@ -21,9 +21,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation, Ratio
+
 from .common import (
     MAX_LOG_RATIO,
-    SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     LossInputs,
     clip_metrics,
@@ -39,7 +40,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo", metrics=STANDARD_METRICS, ratio="geometric", aggregation="seq_mean", on_policy_as="grpo", card=(
+@register("gspo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation="seq_mean", on_policy_as="grpo", card=(
     "ratio      sequence, the geometric mean of the token ratios: s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it)),\n"
     "           log s_i bounded above by 10\n"
     "objective  J_i = min(s_i A_i, clip(s_i, {lo}, {hi}) A_i): one weight per sequence, never weighted by its length"))
@@ -61,5 +62,5 @@ def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     metrics = clip_metrics(low=spread_to_tokens(low, x.mask), high=spread_to_tokens(high, x.mask),
                            band=spread_to_tokens(band, x.mask), mask=x.mask)
     metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
-    reduce_tokens = x.reducer(SEQ_MEAN_TOKEN_MEAN)
+    reduce_tokens = x.reducer(Aggregation.SEQ_MEAN_TOKEN_MEAN)
     return x.finish(policy_loss, metrics, reduce_tokens)

@@ -23,9 +23,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation, Ratio
+
 from .common import (
     MAX_LOG_RATIO,
-    SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     LossInputs,
     clip_metrics,
@@ -40,7 +41,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio="geometric", display="GSPO-token",
+@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio=Ratio.GEOMETRIC, display="GSPO-token",
           same_as="gspo", aggregation="seq_mean_token_mean", card=(
     "ratio      sequence geometric mean with token gradients: s_it = sg[s_i] pi_it / sg[pi_it],\n"
     "           s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))\n"
@@ -56,7 +57,7 @@ def gspo_token_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     # J_it = min(s_it A_it, clip(s_it, 1 - eps_lo, 1 + eps_hi) A_it)
     objective = clipped_objective(ratio, adv, x.clip_low, x.clip_high)
     # J = 1/G sum_i 1/|y_i| sum_t J_it
-    reduce_tokens = x.reducer(SEQ_MEAN_TOKEN_MEAN)
+    reduce_tokens = x.reducer(Aggregation.SEQ_MEAN_TOKEN_MEAN)
     policy_loss = -reduce_tokens(objective)
 
     # Token flags are sign-aware with each token's own advantage; the ratio is s_i on every token.

@@ -29,9 +29,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation
+from gspo.vocab.metrics import OPSM_MASKED, reductions
+
 from .common import (
     MAX_LOG_RATIO,
-    SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     LossInputs,
     check_aggregation,
@@ -45,14 +47,13 @@ from .common import (
     sign_aware_clip,
     token_log_ratio,
 )
-from .metrics import OPSM_MASKED, reductions
 from .registry import register
 
 
 @dataclass(frozen=True)
 class OpsmOptions:
     delta: float = 0.5  # drop A < 0 sequences whose mean log(pi_s / pi) exceeds it (TRL's documented example)
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN  # the paper's 1/G sum_i 1/|y_i|; token_mean, seq_mean_token_sum_norm
+    aggregation: str = Aggregation.SEQ_MEAN_TOKEN_MEAN  # the paper's 1/G sum_i 1/|y_i|; token_mean, seq_mean_token_sum_norm
 
     def __post_init__(self) -> None:
         if not self.delta >= 0.0:

@@ -23,8 +23,10 @@ from typing import Any
 
 from torch import Tensor
 
+from gspo.vocab.choices import Ratio
+from gspo.vocab.reductions import REDUCTIONS
+
 from .common import LossInputs
-from .reductions import MAX, MIN, REDUCTIONS, SEQ_MEAN, SUM, TOKEN_MEAN  # noqa: F401  (re-exported)
 
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
@@ -48,7 +50,7 @@ class Algorithm:
     metrics: Mapping[str, str] = field(default_factory=dict)  # metric name -> one of REDUCTIONS
     token_advantages: bool = False  # accepts per-token advantages [N, T] (else one per sequence, [N])
     no_lower_bound: bool = False  # clip_low = 1 is allowed: a clip bound on a weight, 1 meaning none (CISPO)
-    ratio: str = "token"  # its importance ratio: token (one per token) or geometric (one per sequence, the
+    ratio: str = Ratio.TOKEN  # its importance ratio: token (one per token) or geometric (one per sequence, the
     #                       geometric mean of the token ratios: GSPO, GSPO-token, GMPO); a correction's level follows it
     card: str = ""  # its ratio and objective for `gspo explain`, a format string: {lo} = 1 - clip_low, {hi} =
     #                 1 + clip_high, {clip_low}, {clip_high}, {exp_lo} = e^-clip_low, {exp_hi} = e^clip_high, its options
@@ -79,11 +81,11 @@ class Algorithm:
 ALGOS: dict[str, Algorithm] = {}
 
 
-RATIOS = ("token", "geometric")
+RATIOS = Ratio.values  # gspo.vocab.choices
 
 
 def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str], token_advantages: bool = False,
-             no_lower_bound: bool = False, ratio: str = "token", card: str = "", aggregation: str = "",
+             no_lower_bound: bool = False, ratio: str = Ratio.TOKEN, card: str = "", aggregation: str = "",
              display: str = "", same_as: str = "", on_policy_as: str = "",
              reads_sampler: bool = False) -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from gspo.vocab.choices import Aggregation
+
 from .common import (
     MAX_LOG_RATIO,
-    SEQ_MEAN_TOKEN_MEAN,
     STANDARD_METRICS,
     LossInputs,
     check_aggregation,
@@ -41,7 +42,7 @@ from .registry import register
 class SapoOptions:
     tau_pos: float = 1.0  # gate temperature where A > 0 (the paper's setting)
     tau_neg: float = 1.05  # gate temperature where A <= 0 (the paper's setting: > tau_pos)
-    aggregation: str = SEQ_MEAN_TOKEN_MEAN  # the paper's 1/G sum_i 1/|y_i|; token_mean, seq_mean_token_sum_norm
+    aggregation: str = Aggregation.SEQ_MEAN_TOKEN_MEAN  # the paper's 1/G sum_i 1/|y_i|; token_mean, seq_mean_token_sum_norm
 
     def __post_init__(self) -> None:
         if not (self.tau_pos > 0.0 and self.tau_neg > 0.0):

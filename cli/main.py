@@ -114,13 +114,16 @@ def explain(
 
     config = compose_config(list(overrides or []))
     from gspo.trainer.engines.registry import resolve_engine
+    from gspo.trainer.parallel.distributed import World
+    from gspo.trainer.preflight import check_routing_replay, replay_needs
     from gspo.trainer.step.advantages import check_algorithm  # torch: once the config composes
     from gspo.trainer.step.explain import estimator_card
     from gspo.trainer.tasks.registry import build_task
 
     if config.task.kind == "arith":  # the other tasks read their dataset to build; the card does not need it
         check_algorithm(config.algo, build_task(config.task))
-    config.rollout.engine = resolve_engine(config)  # rollout=auto: the engine a run would pick here
+    config.rollout.engine = resolve_engine(config, needs=replay_needs(config.algo))  # rollout=auto: a run's pick
+    check_routing_replay(config, World(0, int(os.environ.get("WORLD_SIZE", "1"))))  # no card for a run preflight refuses
     typer.echo(estimator_card(config, world_size=int(os.environ.get("WORLD_SIZE", "1"))), nl=False)
 
 

@@ -19,12 +19,13 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from gspo.conf.choices import check_choice, check_choices, near_hint
+from gspo.conf.choice_check import check_choice, check_choices, near_hint
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists, check_flags, sweep_hint, unknown_key
 from gspo.conf.ranges import check_numbers
 from gspo.conf.resume import eval_run_config, expand_resume_dir, resume_config
 from gspo.conf.schema import Config, register_configs
+from gspo.vocab.choices import AdvScale
 
 
 def compose_config(overrides: list[str] | None = None, *, command: str = "train") -> DictConfig:
@@ -178,11 +179,7 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_k
         raise GspoError(f"train.micro_batch_size={t.micro_batch_size} does not divide the minibatch of {mb} sequences")
     if cfg.model.name is None:
         raise GspoError("model.name is required: a Hugging Face id or a local path (model.name=...)")
-    replay = cfg.algo.routing_replay
-    if replay != "none" and cfg.model.name == "tiny" and not cfg.model.tiny.num_experts:
-        raise GspoError(f"algo.routing_replay={replay} needs a Mixture-of-Experts model and the embedded model is dense: "
-                        "use model=tiny-moe (or an MoE through model=hf)")
-    if cfg.algo.adv_scale == "mean" and cfg.rollout.overlong_buffer:
+    if cfg.algo.adv_scale == AdvScale.MEAN and cfg.rollout.overlong_buffer:
         raise GspoError("algo.adv_scale=mean (MaxRL) divides by the group's mean reward, which the overlong penalty "
                         "can make 0 or negative: set rollout.overlong_buffer=0")
     _check_paths(cfg)

@@ -47,7 +47,7 @@ RULES: dict[str, tuple] = {
     "train.collapse.entropy_max_factor": (1, None, True), "train.collapse.truncated_max": (0, 1, True),
     "task.eval_size": (1, MAX_EVAL_SIZE, False),
     "verdict.effect": _POS, "verdict.max_seeds": (2, MAX_SEEDS, False), "verdict.round_seeds": (1, MAX_SEEDS, False),
-    "verdict.max_minutes": _POS,
+    "verdict.max_minutes": _POS,  # None: no time budget
 }
 WHY = {
     "train.group_size": "group advantages need at least 2 completions per prompt",
@@ -58,6 +58,7 @@ WHY = {
     "train.collapse.reward_drop": "0 would count any dip below the best as a collapse",
     "train.collapse.eval_drop": "0 would count any dip below the best as a collapse",
     "task.eval_size": "every held-out prompt is sampled at step 0 and at each eval",
+    "verdict.effect": "the smallest difference of interest, in the score's units: 0.02 is 2 points of accuracy",
     "verdict.max_seeds": "each seed is one run per arm, and the looks' boundaries are planned over them",
     "verdict.round_seeds": "each seed is one run per arm",
 }

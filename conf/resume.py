@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import Config
+from gspo.vocab.choices import LrSchedule
 
 # Keys (or whole groups) a resume command may change: none of them changes the trajectory of the run.
 EXTENDS = ("train.steps", "train.eval_every", "train.eval_greedy", "train.save_every", "train.keep_checkpoints",
@@ -109,7 +110,7 @@ def _check_steps(saved: DictConfig, steps, path: Path) -> None:
     if steps < old:
         raise GspoError(f"train.steps={steps}: a resumed run may extend its train.steps={old} (in {path / 'config.yaml'}), "
                         "never shrink it; to stop earlier, interrupt it; for a shorter run start a new run_id")
-    if steps != old and saved.train.lr_schedule in ("linear", "cosine"):
+    if steps != old and saved.train.lr_schedule in (LrSchedule.LINEAR, LrSchedule.COSINE):
         raise GspoError(f"train.steps={steps}: train.lr_schedule={saved.train.lr_schedule} decays over the run's "
                         f"train.steps={old}, so extending it would change the remaining learning rates; start a new "
                         "run_id with the longer train.steps (constant schedules extend)")

@@ -13,15 +13,6 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-# Each correction level's default bounds (cap, low, high), used where algo.correction.cap / low / high are unset.
-# The levels' scales differ by orders of magnitude, so one set of numbers cannot act at all three:
-CORRECTION_BOUNDS: dict[str, tuple[float, float, float]] = {
-    "token": (2.0, 0.5, 2.0),  # verl rollout_correction: rollout_is_threshold 2.0, RS band [1/2, 2] (reciprocal lower)
-    "sequence": (2.0, 0.5, 2.0),  # verl decoupled_seq_is_rs: product of the token ratios, 2.0 and [0.5, 2.0]
-    "geometric": (1.001, 0.999, 1.001),  # verl decoupled_geo_rs: rollout_rs_threshold 1.001, lower 0.999
-}
-ICEPOP_BAND: tuple[float, float] = (0.5, 5.0)  # kind=mis at token level: IcePop (arXiv 2510.18855), verl decoupled_token_icepop
-
 
 @dataclass
 class CorrectionConfig:
@@ -30,7 +21,7 @@ class CorrectionConfig:
 
     kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (masked IS; IcePop at token level): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); rho = pi_old / pi_sampler
     level: str = "auto"  # auto: the algorithm's ratio level (geometric for gspo, gspo_token, gmpo and for geo_rs; token otherwise, opsm included); token: one weight per token; sequence: the product of the token ratios, one per sequence; geometric: their geometric mean, one per sequence
-    cap: float | None = None  # tis: weights above it are truncated to it; None: the level's default (CORRECTION_BOUNDS: 2 token / sequence, 1.001 geometric)
+    cap: float | None = None  # tis: weights above it are truncated to it; None: the level's default (gspo.vocab.choices CORRECTION_BOUNDS: 2 token / sequence, 1.001 geometric)
     low: float | None = None  # mis, mask, geo_rs: ratios below it mask their term; None: the level's default (0.5; 0.999 geometric)
     high: float | None = None  # mis, mask, geo_rs: ratios above it mask their term; None: the level's default (2, mis at token level 5 as IcePop; 1.001 geometric)
 

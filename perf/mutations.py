@@ -159,7 +159,7 @@ MUTANTS += [
     Mutant("dppo-clipfrac-skips-zero-advantage", "DPPO's clip fraction leaves out dropped tokens with A = 0",
            (("algos/dppo.py", "low=dropped & (adv <= 0)", "low=dropped & (adv < 0)"),), ANCHORS[:1]),
     Mutant("dppo-correction-twice", "DPPO anchored at the sampler takes a correction on top (the mismatch twice)",
-           (("trainer/step/advantages.py", 'if c.kind != "none" and getattr(options, "anchored_at_sampler", False):',
+           (("trainer/step/advantages.py", 'if c.kind != Correction.NONE and getattr(options, "anchored_at_sampler", False):',
              "if False:"),), ANCHORS[1:]),
     Mutant("mis-band-not-icepop", "MIS at token level keeps verl's [0.5, 2], not IcePop's [0.5, 5]",
            (("trainer/step/advantages.py", "        low, high = ICEPOP_BAND", "        pass"),),

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-STEP_TIME = "time/step_s"  # gspo.algos.metrics.TIME_STEP: read from the runs' metrics.jsonl
+STEP_TIME = "time/step_s"  # gspo.vocab.metrics.TIME_STEP: read from the runs' metrics.jsonl
 
 
 def _runs(sweep_dir: Path) -> list[Path]:

@@ -109,7 +109,6 @@ def run_gspo(args, work: dict) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from gspo.algos.metrics import LEN_MAX, LEN_MEAN, REWARD_MEAN, TIME_PHASE
     from gspo.conf.compose import compose_config
     from gspo.trainer.engines.registry import make_engine
     from gspo.trainer.loop import format_prompts, train_step
@@ -119,6 +118,7 @@ def run_gspo(args, work: dict) -> dict:
     from gspo.trainer.state import make_optimizer
     from gspo.trainer.step.context import StepContext
     from gspo.trainer.tasks.registry import build_task
+    from gspo.vocab.metrics import LEN_MAX, LEN_MEAN, REWARD_MEAN, TIME_PHASE
 
     cfg = compose_config(_overrides(args))
     model, tokenizer = load_pretrained(work["model"], dtype=cfg.model.dtype)  # what load_policy loads for tiny

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.report.runs import Run
 from gspo.trainer.run.rundir import read_jsonl_lines
 

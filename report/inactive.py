@@ -3,7 +3,7 @@
 An arm that differs from its baseline only by a mechanism (OPSM's mask, a mismatch correction's mask or truncation,
 dynamic sampling's filter, the overlong penalty) trains exactly as its baseline wherever the mechanism's share is 0
 at every step of every run: a tie with its baseline is then no finding about the mechanism, and a difference is
-seed noise. The mechanisms are read from the metric catalogue (gspo.algos.metrics), by the share each logs only
+seed noise. The mechanisms are read from the metric catalogue (gspo.vocab.metrics), by the share each logs only
 where it is on; a mechanism is "silent" when that metric is 0 at every logged step of every run of the arm.
 
 A silent correction's mask or truncation still leaves the importance weight rho on every term (TIS, MIS) unless
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo.algos import metrics as M
 from gspo.report.arms import Arm
+from gspo.vocab import metrics as M
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.report.page import fmt
 from gspo.report.stats import SIGN_FLIP_MAX, sign_flip_floor, zero_width
 from gspo.report.tables import EXPLORATORY, PAIRED, PRIMARY, SCORE, Difference, Headline, arm_values

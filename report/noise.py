@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.report.arms import Arm
 from gspo.report.heldout import decompose, final_outcomes, paired_bootstrap
 from gspo.report.stats import clip_to, mean_ci

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-import gspo.algos.metrics as M  # noqa: E402
+import gspo.vocab.metrics as M  # noqa: E402
 from gspo.report.arms import Arm, algo_title, legend_note  # noqa: E402
 from gspo.report.collapse import collapsed  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402

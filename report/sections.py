@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.report.arms import Arm, differing_keys, shared_config
 from gspo.report.noise import bootstrap_table, noise_text, split_table
 from gspo.report.page import Block

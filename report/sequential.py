@@ -38,17 +38,17 @@ from scipy import optimize
 from scipy import stats as sps
 
 from gspo.report.stats import LEVEL, Interval, excludes_zero, sign_flip_floor
+from gspo.vocab.choices import Spending
 
-SPENDING = ("obrien_fleming", "pocock")
 GRID = 801  # points of the continuation region in the numerical integration
 
 
-def spent(t: float, alpha: float = 1 - LEVEL, kind: str = "obrien_fleming") -> float:
+def spent(t: float, alpha: float = 1 - LEVEL, kind: str = Spending.OBRIEN_FLEMING) -> float:
     """alpha(t): the false-positive probability spent by information fraction t (0 <= t <= 1)."""
     if t <= 0:
         return 0.0
     t = min(t, 1.0)
-    if kind == "pocock":
+    if kind == Spending.POCOCK:
         return alpha * math.log(1 + (math.e - 1) * t)
     return float(2 - 2 * sps.norm.cdf(sps.norm.ppf(1 - alpha / 2) / math.sqrt(t)))
 
@@ -73,7 +73,7 @@ def _trapezoid(grid: np.ndarray) -> np.ndarray:
     return weights
 
 
-def boundaries(fractions: list[float], alpha: float = 1 - LEVEL, kind: str = "obrien_fleming",
+def boundaries(fractions: list[float], alpha: float = 1 - LEVEL, kind: str = Spending.OBRIEN_FLEMING,
                final: bool = False) -> list[float]:
     """Two-sided critical values c_k (z scale) of looks at increasing information `fractions`; `final`: the
     last look spends all that is left of alpha (inf where a look has nothing to spend)."""
@@ -105,7 +105,7 @@ T_MIN_EXITS = 25  # a look whose budget is fewer paths than this takes its margi
 T_SEED = 45  # the planner's fixed random seed: the same looks always get the same levels
 
 
-def t_levels(seeds: list[int], max_seeds: int, alpha: float = 1 - LEVEL, kind: str = "obrien_fleming",
+def t_levels(seeds: list[int], max_seeds: int, alpha: float = 1 - LEVEL, kind: str = Spending.OBRIEN_FLEMING,
              final: bool = False, paths: int = T_PATHS) -> list[float]:
     """Each look's nominal two-sided level pi_k for the one-sample t statistics of n_1 < n_2 < ... paired
     differences (`seeds`, cumulative per arm; df n_k - 1), calibrated to the t process itself: the crossing

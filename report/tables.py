@@ -3,7 +3,7 @@ differences between arms (paired by seed where the design pairs, Welch's otherwi
 comparisons of one metric; the minimum detectable effect, the equivalence bound and the seeds for the
 smallest effect of interest), and summary.csv (one row per run).
 
-What each metric is comes from the metric catalogue (gspo.algos.metrics): its short words, its valid range
+What each metric is comes from the metric catalogue (gspo.vocab.metrics): its short words, its valid range
 (bands and intervals are clipped to it) and its kind: a `score` (higher is better), a `mechanism` (what the
 algorithm does: clip fractions, KL, entropy, length; described, never called a win or a loss) or a `cost`.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.report.arms import Arm
 from gspo.report.heldout import final_outcomes
 from gspo.report.load import load_text
@@ -48,7 +48,7 @@ class MetricInfo:
 
 
 def metric_info(metric: str) -> MetricInfo:
-    """What the catalogue (gspo.algos.metrics) says of `metric`: its verdict words, valid range and kind;
+    """What the catalogue (gspo.vocab.metrics) says of `metric`: its verdict words, valid range and kind;
     eval/<task>/accuracy and accuracy_greedy by the task eval's own entries."""
     m = M.lookup(metric)
     stat = metric.rsplit("/", 1)[-1]

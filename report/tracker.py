@@ -12,12 +12,13 @@ import pandas as pd
 
 from gspo.report.runs import Run
 from gspo.trainer.run.loggers import offline_note, start_wandb, wandb_mode
+from gspo.vocab.choices import Wandb
 
 
 def report_wandb_mode(setting: str, runs: list[Run]) -> str:
     if setting != "runs":
         return wandb_mode(setting)
-    on = [r.config.get("logger.wandb") for r in runs if r.config.get("logger.wandb") != "disabled"]
+    on = [r.config.get("logger.wandb") for r in runs if r.config.get("logger.wandb") != Wandb.DISABLED]
     return wandb_mode(on[0]) if on else "disabled"
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError, disk_error
 from gspo.conf.schema import VerdictConfig
 from gspo.report import collapse
@@ -65,6 +65,7 @@ from gspo.report.tables import (
 )
 from gspo.report.tracker import log_report, report_wandb_mode
 from gspo.trainer.run.rundir import STATUS_UNREADABLE
+from gspo.vocab.choices import Wandb
 
 VERDICT_REDUCE = 2  # with more comparisons than this, the verdict keeps to the first headline metric
 @dataclass
@@ -123,7 +124,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     summary.to_csv(out_dir / "summary.csv", index=False)
     mode = report_wandb_mode(wandb, runs)
     all_plots = [(p.stem.replace("_", " "), p) for p in front_files] + plots
-    wandb_note = log_report(mode, runs, out_dir, all_plots, summary) if mode != "disabled" else None
+    wandb_note = log_report(mode, runs, out_dir, all_plots, summary) if mode != Wandb.DISABLED else None
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *front_files,
              *(p for _, p in plots)]
     first = heads[0] if heads else None

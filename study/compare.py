@@ -16,6 +16,7 @@ from gspo.study import until
 from gspo.study.presets import sweep_params, swept_by
 from gspo.study.rounds import Look, look, preset_rounds, round_lines, run_rounds
 from gspo.study.sweep import SweepCall, new_stamp, run_sweep, sweep_folder
+from gspo.vocab.choices import Until
 
 
 def again_command(overrides: list[str]) -> str:
@@ -27,7 +28,7 @@ def compare(name: str, rest: list[str], verdict: VerdictConfig, overrides: list[
     """Preset `name` with the command line's other overrides `rest` (`overrides`: the whole command line, for the
     page and the resume line), then its report in <sweep>/report."""
     command = f"gspo compare {' '.join(overrides)}".strip()
-    if verdict.until == "resolved":
+    if verdict.until == Until.RESOLVED:
         return compare_until(name, rest, verdict, command, again_command(overrides))
     call = SweepCall(preset_keys=swept_by(name), preset_params=sweep_params(name), report_hint=False, at_once=True,
                      again=again_command(overrides))

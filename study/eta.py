@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from gspo.algos.metrics import TIME_STEP
 from gspo.trainer.run.rundir import read_jsonl_lines
 from gspo.trainer.run.sweepdir import sweep_jobs
+from gspo.vocab.metrics import TIME_STEP
 
 
 def job_progress(sweep_dir: Path, num: int, jobs: list | None, at_once: int = 1) -> str:

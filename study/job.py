@@ -18,7 +18,6 @@ import typer
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from gspo.algos.metrics import EVAL, EVAL_ACCURACY
 from gspo.conf import validate_config
 from gspo.conf.compose import run_config
 from gspo.conf.errors import one_line_errors
@@ -32,6 +31,7 @@ from gspo.trainer.loop import train
 from gspo.trainer.parallel.distributed import export_slurm_world, world_from_env
 from gspo.trainer.run.rundir import read_status
 from gspo.trainer.run.sweepdir import Launch, planned, read_launch, sweep_job, write_job_record
+from gspo.vocab.metrics import EVAL, EVAL_ACCURACY
 
 
 def say(message: str) -> None:

@@ -7,7 +7,7 @@ from importlib import resources
 
 from omegaconf import OmegaConf
 
-from gspo.conf.choices import check_choice
+from gspo.conf.choice_check import check_choice
 from gspo.conf.errors import GspoError
 
 DEFAULT_PRESET = "compare"

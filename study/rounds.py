@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import gspo.algos.metrics as M
+import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError
 from gspo.conf.overrides import planned_jobs
 from gspo.conf.schema import VerdictConfig
@@ -25,6 +25,7 @@ from gspo.report.runs import load_runs
 from gspo.report.sequential import Decision, decide, t_levels
 from gspo.report.stats import LEVEL
 from gspo.report.tables import Difference, Headline, difference, headlines
+from gspo.vocab.choices import SPENDING_TITLES
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def look(paths: list[Path], metric: str | None, effect: float, seeds: list[int],
 
 def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect: float) -> list[str]:
     """What the page says about the rounds: how many, why they stopped, each look's level."""
-    name = {"obrien_fleming": "O'Brien-Fleming-type", "pocock": "Pocock-type"}[kind]
+    name = SPENDING_TITLES[kind]
     why = STOPS[stop].why(max_seeds, effect)
     m = len(looks[-1].diffs)
     lines = [f"Seeds were added in rounds until the answer was known: {len(looks)} round(s), {looks[-1].seeds} seeds per "

@@ -1,6 +1,6 @@
 """The import layers of docs/DESIGN.md, read from the source with `ast`: each layer imports only what it
-may (algos: itself; conf: itself; evals: conf; trainer: algos, conf, evals; report: those and trainer; study: those
-and report; cli: anything), no import
+may (vocab: the standard library; algos: vocab; conf: vocab; evals: conf; trainer: algos, conf, evals; report: those
+and trainer; study: those and report; cli: anything), no import
 circle between modules, no import of a project module inside a function outside cli/ (where lazy loading
 keeps `--help` fast), and no private name imported from another module.
 
@@ -16,13 +16,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAY_IMPORT = {
-    "algos": {"algos"},
-    "conf": {"conf"},
-    "evals": {"conf", "evals"},
-    "trainer": {"algos", "conf", "evals", "trainer"},
-    "report": {"algos", "conf", "evals", "trainer", "report"},  # reads what the trainer writes; trains nothing
-    "study": {"algos", "conf", "evals", "trainer", "report", "study"},  # plans, launches, resumes, decides experiments
-    "cli": {"algos", "conf", "evals", "trainer", "report", "study", "cli"},
+    "vocab": {"vocab"},  # the names every layer shares; the standard library only (test below)
+    "algos": {"vocab", "algos"},
+    "conf": {"vocab", "conf"},
+    "evals": {"vocab", "conf", "evals"},
+    "trainer": {"vocab", "algos", "conf", "evals", "trainer"},
+    "report": {"vocab", "algos", "conf", "evals", "trainer", "report"},  # reads what the trainer writes; trains nothing
+    "study": {"vocab", "algos", "conf", "evals", "trainer", "report", "study"},  # plans, launches, resumes, decides experiments
+    "cli": {"vocab", "algos", "conf", "evals", "trainer", "report", "study", "cli"},
 }
 
 # The trainer's rooms, lowest first: a room imports only rooms before it in this list (and itself); the recipe
@@ -79,6 +80,38 @@ def test_no_arrow_runs_back_up():
     bad = [f"{name} -> {target}" for name, path in MODULES.items() for _, target, _ in _imports(name, path)
            if target.split(".")[1] not in MAY_IMPORT[name.split(".")[1]]]
     assert bad == []
+
+
+def _third_party(path: Path) -> list[str]:
+    """The top-level modules `path` imports from outside the standard library and the project."""
+    import sys
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module.split(".")[0])
+    return sorted({m for m in found if m not in sys.stdlib_module_names and m != "gspo"})
+
+
+def test_the_vocabulary_imports_only_the_standard_library():
+    """gspo.vocab is what conf/ checks a config against before torch loads, and what report/ reads without torch."""
+    assert {name: _third_party(path) for name, path in MODULES.items()
+            if name.startswith("gspo.vocab") and _third_party(path)} == {}
+    assert _third_party(ROOT / "algos" / "common.py") == ["torch"]  # the check sees a heavy import where there is one
+
+
+def test_the_vocabulary_and_conf_load_without_torch():
+    """`import gspo.vocab, gspo.conf` (what a config check and the metric catalogue need) imports no torch,
+    transformers or pandas, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    probe = ("import sys\nimport gspo.conf, gspo.vocab.choices, gspo.vocab.metrics, gspo.conf.choice_check, "
+             "gspo.conf.verdict\nprint(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["[]"], out.stdout + out.stderr
 
 
 def _room(module: str) -> int | None:

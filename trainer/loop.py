@@ -20,23 +20,6 @@ import torch
 from omegaconf import OmegaConf
 
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
-from gspo.algos.metrics import (
-    ENTROPY,
-    EVAL,
-    EVAL_ACCURACY,
-    FRAC_ZERO_STD,
-    LEN_MAX,
-    LEN_MEAN,
-    REWARD_MEAN,
-    REWARD_STD,
-    REWARD_TASK,
-    TIME_PHASE,
-    TIME_ROLLOUT,
-    TIME_STEP,
-    TIME_UPDATE,
-    TOKENS_PER_S,
-    TRUNCATED_FRAC,
-)
 from gspo.conf.compose import config_to_yaml
 from gspo.conf.errors import GspoError
 from gspo.evals.sandbox import accept_weak
@@ -50,7 +33,7 @@ from gspo.trainer.model.models import cache_root, pick_device
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import distributed, fsdp
 from gspo.trainer.parallel.distributed import FollowerRun, NullLoggers, World
-from gspo.trainer.parallel.moe import RoutingRecorder, find_routers
+from gspo.trainer.parallel.moe import RoutingRecorder
 from gspo.trainer.policy import load_policy, start_of
 from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
@@ -79,6 +62,24 @@ from gspo.trainer.step.scoring import old_logprobs
 from gspo.trainer.step.update import Batch, run_updates
 from gspo.trainer.tasks.registry import build_task
 from gspo.trainer.tasks.task_types import Task
+from gspo.vocab.choices import OnNonfinite, Replay, TrainPrecision
+from gspo.vocab.metrics import (
+    ENTROPY,
+    EVAL,
+    EVAL_ACCURACY,
+    FRAC_ZERO_STD,
+    LEN_MAX,
+    LEN_MEAN,
+    REWARD_MEAN,
+    REWARD_STD,
+    REWARD_TASK,
+    TIME_PHASE,
+    TIME_ROLLOUT,
+    TIME_STEP,
+    TIME_UPDATE,
+    TOKENS_PER_S,
+    TRUNCATED_FRAC,
+)
 
 
 def train(cfg, log=print) -> Path:
@@ -132,7 +133,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
         ref_model = _reference(cfg, model, log, resumed=ckpt is not None,
                                shard=(lambda m: fsdp.shard(m, bf16=bf16)) if sharded else None)
         replay = cfg.algo.routing_replay  # none, trainer (R2) or rollout (R3): whose experts are compared and replayed
-        routing = RoutingRecorder(model, replay=replay != "none", source="rollout" if replay == "rollout" else "trainer")
+        routing = RoutingRecorder(model, replay=replay != Replay.NONE,
+                                  source=Replay.ROLLOUT if replay == Replay.ROLLOUT else Replay.TRAINER)
         ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler,
                              ref_model=ref_model, engine=engine, routing=routing, world=world)
         _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
@@ -168,13 +170,10 @@ def _policy(cfg, ckpt: Path | None, compute, log) -> tuple:
     sharded = bool(cfg.train.fsdp)
     model, tokenizer = distributed.main_first(
         lambda: load_policy(cfg, log, path=str(ckpt) if ckpt and not sharded else None), world)
-    if cfg.algo.routing_replay != "none" and not find_routers(model):
-        raise GspoError(f"algo.routing_replay={cfg.algo.routing_replay} needs a Mixture-of-Experts model: {cfg.model.name} has no "
-                        "top-k router modules")
     model.to(device)
     if cfg.train.compile:
         compile_body(model, cache_root(cfg.model.tiny.cache_dir))
-    bf16 = precision_name == "bf16"
+    bf16 = precision_name == TrainPrecision.BF16
     if sharded:  # bf16 becomes FSDP's mixed-precision policy over fp32 shards
         fsdp.shard(model, bf16=bf16)
         precision_name = "fp32"
@@ -367,7 +366,7 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
         check_finite("old log-prob", batch.old_logp[rollout.completion_mask.bool()])
         t_scored = time.perf_counter()
         metrics = to_host(run_updates(ctx, batch, seed=step_seed(ctx.seed, step, "shuffle"),
-                                      undoable=ctx.train.on_nonfinite == "skip"))
+                                      undoable=ctx.train.on_nonfinite == OnNonfinite.SKIP))
     except NonFinite as e:
         e.dump |= {"prompts": prompts, "completions": rollout.texts, "rewards": rewards.tolist()}
         raise

@@ -13,6 +13,7 @@ import torch
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import fsdp
 from gspo.trainer.run.rundir import RunDir
+from gspo.vocab.choices import LrSchedule
 
 
 def make_optimizer(params, train):
@@ -26,9 +27,9 @@ def make_optimizer(params, train):
         if i < train.warmup_steps:
             return (i + 1) / train.warmup_steps
         progress = min(1.0, (i - train.warmup_steps) / max(1, total - train.warmup_steps))
-        if train.lr_schedule == "linear":
+        if train.lr_schedule == LrSchedule.LINEAR:
             return 1.0 - progress
-        if train.lr_schedule == "cosine":
+        if train.lr_schedule == LrSchedule.COSINE:
             return 0.5 * (1.0 + math.cos(math.pi * progress))
         return 1.0
 

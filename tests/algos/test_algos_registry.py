@@ -47,16 +47,30 @@ def test_each_algorithm_declares_how_every_metric_reduces():
     assert get("gspo").metrics["clip/seq_frac"] == "seq_mean" and get("grpo").metrics["loss/policy"] == "sum"
 
 
-def test_the_config_vocabulary_is_the_registries():
-    # conf checks closed choices without importing torch, so it spells them out; they must agree
-    from gspo.algos import AGGREGATIONS, ESTIMATORS
-    from gspo.algos.corrections import KINDS, LEVELS
-    from gspo.conf.choices import ADVANTAGES, CORRECTION_LEVELS, CORRECTIONS
-    from gspo.conf.choices import AGGREGATIONS as CONF_AGGREGATIONS
+def test_the_registries_are_the_vocabulary():
+    # conf checks a config against gspo.vocab without importing torch; what algos registers and computes must be
+    # exactly those names: an estimator registered without its vocabulary entry (or the reverse), a vocabulary
+    # aggregation or correction with no branch that computes it, or an algorithm preset without its loss fails here
+    from gspo.algos import ESTIMATORS
+    from gspo.algos.common import aggregate
+    from gspo.algos.corrections import correction_weights
     from gspo.conf.compose import _algorithm_names
+    from gspo.vocab.choices import Advantage, Aggregation, Correction, Level, Ratio
 
-    assert CONF_AGGREGATIONS == AGGREGATIONS and ADVANTAGES == tuple(ESTIMATORS)
-    assert (CORRECTIONS, CORRECTION_LEVELS) == (KINDS, ("auto", *LEVELS))  # auto: resolved by the trainer
+    assert tuple(ESTIMATORS) == Advantage.values
+    values, mask = torch.ones((2, 3), dtype=F64), torch.ones((2, 3), dtype=F64)
+    for name in Aggregation.values:
+        aggregate(values, mask, aggregation=name, max_len=None, seq_denominator=None, token_denominator=None)
+    logp = torch.zeros((2, 3), dtype=F64)
+    for kind in Correction.values:
+        for level in Level.RESOLVED:
+            if kind != Correction.GEO_RS or level == Level.GEOMETRIC:
+                correction_weights(old_logp=logp, engine_logp=logp, mask=mask, kind=kind, level=level, cap=2.0,
+                                   low=0.5, high=2.0)
+    with pytest.raises(ValueError, match="unknown correction 'is'"):
+        correction_weights(old_logp=logp, engine_logp=logp, mask=mask, kind="is", level=Level.TOKEN, cap=2.0, low=0.5,
+                           high=2.0)
+    assert {get(name).ratio for name in available()} == set(Ratio.values)
     assert set(_algorithm_names()) == set(available())
 
 
@@ -171,8 +185,8 @@ def test_dr_grpo_micro_batches_need_an_explicit_max_len():
     policy_loss("grpo", **inputs(), aggregation="seq_mean_token_sum_norm", seq_denominator=4, max_len=3)
 
 
-def test_algos_imports_nothing_else_of_gspo():
-    # Layering (DESIGN.md): algos/ -> nothing of ours. A fresh interpreter shows what it pulls in.
+def test_algos_imports_nothing_of_gspo_but_the_vocabulary():
+    # Layering (DESIGN.md): algos/ -> vocab only. A fresh interpreter shows what it pulls in.
     code = "import sys, gspo.algos; print(sorted(m for m in sys.modules if m.startswith('gspo.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert all(name.startswith("gspo.algos") for name in ast.literal_eval(out))
+    assert all(name.startswith(("gspo.algos", "gspo.vocab")) for name in ast.literal_eval(out))

@@ -1,4 +1,4 @@
-"""The metric catalogue (gspo/algos/metrics.py) declares every metric a run logs, once, with what a report needs."""
+"""The metric catalogue (gspo/vocab/metrics.py) declares every metric a run logs, once, with what a report needs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gspo.algos import ALGOS, correction_weights, mismatch_metrics, ratio_diagnostics
-from gspo.algos import metrics as catalogue
 from gspo.trainer.step.update import UPDATE_METRICS
+from gspo.vocab import metrics as catalogue
 
 
 def _undeclared(names, task: str = "arith") -> list[str]:

@@ -48,6 +48,17 @@ def test_a_bad_override_is_one_line(gspo_env):
     assert result.returncode == 2 and "did you mean gspo" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_no_card_for_routing_replay_a_run_would_refuse(gspo_env):
+    """Routing Replay's rules are preflight's (trainer/preflight.py), not the config's: explain asks them too."""
+    from tests.conftest import Gspo
+
+    result = Gspo(gspo_env).subprocess("explain", "algo.routing_replay=trainer")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: algo.routing_replay=trainer needs a Mixture-of-Experts model and the "
+                                     "embedded model is dense: use model=tiny-moe (or an MoE through model=hf)")
+    assert "replay     routing replay" in explain(Gspo(gspo_env), "model=tiny-moe", "algo.routing_replay=trainer")
+
+
 def test_each_run_writes_the_card_of_its_config(gspo, finished_run):
     card = explain(gspo, *TINY, f"seed={LEARNING_SEED}", "train.steps=2")
     assert (finished_run / "estimator.txt").read_text() == card

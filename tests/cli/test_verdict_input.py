@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from gspo.cli.main import app
 
 CASES = [
-    ("effect-zero", ["compare", "verdict.effect=0"], "verdict.effect=0.0: the smallest effect of interest must be a number > 0"),
+    ("effect-zero", ["compare", "verdict.effect=0"], "verdict.effect=0.0: must be > 0 (the smallest difference of interest"),
     ("effect-negative", ["compare", "verdict.effect=-0.1", "verdict.until=resolved"], "verdict.effect=-0.1"),
     ("max-seeds-below-first-round", ["compare", "verdict.until=resolved", "verdict.max_seeds=2"],
      "verdict.max_seeds=2 is below the 3 seeds per arm of the first round (0,1,2)"),

@@ -11,7 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from gspo.conf import GspoError, compose_config
-from gspo.conf.choices import choice_error
+from gspo.conf.choice_check import choice_error
 from gspo.conf.docs import annotated_yaml, key_docs
 
 

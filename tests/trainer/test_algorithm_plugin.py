@@ -9,8 +9,8 @@ import json
 import torch
 
 from gspo.algos.common import masked_mean
-from gspo.algos.metrics import LOSS_POLICY, reductions
 from gspo.algos.registry import ALGOS, register
+from gspo.vocab.metrics import LOSS_POLICY, reductions
 from tests.conftest import LEARNING_SEED
 
 CALLS: list[float] = []

@@ -28,14 +28,15 @@ from gspo.trainer.model.logprobs import sampling_logits
 from gspo.trainer.model.models import DTYPES
 from gspo.trainer.parallel import fsdp
 from gspo.trainer.parallel.moe import DecodeRouting
+from gspo.vocab.choices import KvCache, Replay, RolloutDtype, Sampler
 
 
 def capabilities(rollout) -> Capabilities:
     """The lean sampler's log-probs are the trained model's own at its precision (rollout.dtype=auto), and it
     records the experts each decoding step chose; both samplers run on the trained model itself, adapters,
     shards and all."""
-    lean = rollout.sampler == "lean"
-    return Capabilities(logprobs=True, exact_logprobs=lean and rollout.dtype == "auto", records_routing=lean,
+    lean = rollout.sampler == Sampler.LEAN
+    return Capabilities(logprobs=True, exact_logprobs=lean and rollout.dtype == RolloutDtype.AUTO, records_routing=lean,
                         lora=True, sharded_policy=True)
 
 
@@ -43,8 +44,8 @@ def build(cfg, model, tokenizer, *, want_logprobs: bool) -> HFEngine:
     r = cfg.rollout
     return HFEngine(model, tokenizer, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                     batch_size=r.batch_size, want_logprobs=want_logprobs,
-                    autocast_dtype=DTYPES[r.dtype] if r.dtype != "auto" else None, sampler=r.sampler,
-                    record_routing=cfg.algo.routing_replay == "rollout", kv_cache=r.kv_cache)
+                    autocast_dtype=DTYPES[r.dtype] if r.dtype != RolloutDtype.AUTO else None, sampler=r.sampler,
+                    record_routing=cfg.algo.routing_replay == Replay.ROLLOUT, kv_cache=r.kv_cache)
 
 
 class HFEngine:
@@ -111,7 +112,7 @@ class HFEngine:
         engine_logp = engine_entropy = routing = None
         try:
             with torch.autocast(device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-                if self.sampler == "lean":
+                if self.sampler == Sampler.LEAN:
                     # inference mode: ~10% less per-op overhead than no_grad in the decode forwards (the
                     # embedded model's, measured); what leaves it is cloned into ordinary tensors, which
                     # the update may save for backward (an inference tensor may not be). Not under FSDP,
@@ -134,7 +135,7 @@ class HFEngine:
             fsdp.reshard(self.model)
         mask, truncated = completion_mask_from_eos(completion, self.eos_ids)
         completion = torch.where(mask.bool(), completion, torch.full_like(completion, self.tokenizer.pad_token_id))
-        if self.sampler != "lean" and self.want_logprobs:
+        if self.sampler != Sampler.LEAN and self.want_logprobs:
             logits = sampling_logits(torch.stack(out.logits, dim=1), self.temperature, self.top_p)  # [N, T, V]
             engine_logp = torch.log_softmax(logits, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         return Rollout(
@@ -205,7 +206,7 @@ class HFEngine:
     def _static_on(self, device: torch.device) -> bool:
         """Whether the lean loop decodes into a fixed-shape cache: rollout.kv_cache=static, or auto on CUDA (where
         the graph pays; on the CPU the growing cache measured faster, docs/performance.md)."""
-        return self.kv_cache == "static" or (self.kv_cache == "auto" and device.type == "cuda")
+        return self.kv_cache == KvCache.STATIC or (self.kv_cache == KvCache.AUTO and device.type == "cuda")
 
     def _static_for(self, shape: torch.Size, max_new_tokens: int, greedy: bool) -> StaticDecoder:
         """The decoder for N prompts of width P ([N, P]): the last one where its shape and weights still fit,

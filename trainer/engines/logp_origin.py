@@ -10,6 +10,7 @@ from gspo.trainer.engines.base import Capabilities
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel.moe import RoutingRecorder
+from gspo.vocab.choices import OldLogp
 
 # Where the loss's old log-probs come from (algo.old_logp_source picks; `old_logp_origin` decides):
 ENGINE = "engine"  # the rollout engine's own, whatever its precision (paper sec. 5.3); a trainer forward is
@@ -24,9 +25,9 @@ def old_logp_origin(algo, *, engine: Capabilities | None = None, precision: Prec
     whether the engine must return its log-probs. SAMPLER (algo.old_logp_source=auto) needs the batch: an
     engine whose log-probs are the trained model's own (`exact_logprobs`: the hf lean sampler), sampling and
     scoring both in fp32, and no MoE routers to record. `engine`: the engine's capabilities."""
-    if algo.old_logp_source == "engine":
+    if algo.old_logp_source == OldLogp.ENGINE:
         return ENGINE
-    exact = (algo.old_logp_source == "auto" and rollout is not None and rollout.engine_entropy is not None
+    exact = (algo.old_logp_source == OldLogp.AUTO and rollout is not None and rollout.engine_entropy is not None
              and engine.exact_logprobs
              and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
     return SAMPLER if exact else FORWARD

@@ -41,10 +41,11 @@ register_engine(EngineKind("vllm", build=vllm_engine.build, capabilities=vllm_en
                            auto_rank=0))
 
 
-def resolve_engine(cfg, world: World = World()) -> str:
+def resolve_engine(cfg, world: World = World(), needs: tuple[str, ...] = ()) -> str:
     """The engine `cfg.rollout.engine` names; for `auto`, the first engine by `auto_rank` that passes every
-    pre-run rule of check_engine under this config (its library installed, its platform able, LoRA / FSDP /
-    Routing Replay served), so the choice is made on capabilities and never on a name."""
+    pre-run rule of check_engine under this config (its library installed, its platform able, LoRA / FSDP
+    served) and has the capabilities in `needs` (Routing Replay's, trainer/preflight.py replay_needs), so the
+    choice is made on capabilities and never on a name."""
     if cfg.rollout.engine != AUTO:
         return cfg.rollout.engine
     refused = []
@@ -55,6 +56,10 @@ def resolve_engine(cfg, world: World = World()) -> str:
             check_engine(trial, world)
         except GspoError as e:
             refused.append(f"{kind.name}: {e}")
+            continue
+        lacking = [need for need in needs if not getattr(kind.capabilities(trial.rollout), need)]
+        if lacking:
+            refused.append(f"{kind.name}: lacks {', '.join(lacking)}")
             continue
         return kind.name
     raise GspoError(f"rollout=auto: no registered engine can serve this config ({'; '.join(refused)})")
@@ -77,10 +82,6 @@ def check_engine(cfg, world: World = World()) -> None:
     if cfg.model.lora.r > 0 and not can.lora:
         raise GspoError(f"model.lora with rollout={r.engine} is not supported yet (the engine would need the merged "
                         f"weights after every update): use rollout={_able('lora', r)}")
-    if cfg.algo.routing_replay == "rollout" and not can.records_routing:
-        raise GspoError("algo.routing_replay=rollout replays the experts the engine records while it decodes, and "
-                        f"rollout={r.engine} with rollout.sampler={r.sampler} records none: use rollout=hf "
-                        "rollout.sampler=lean")
     if cfg.train.fsdp and not can.sharded_policy:
         raise GspoError(f"train.fsdp=true with rollout.engine={r.engine}: the engine needs the whole weights every "
                         f"step; use rollout={_able('sharded_policy', r)} with train.fsdp")

@@ -70,6 +70,7 @@ import torch
 from gspo.conf.errors import GspoError
 from gspo.trainer.engines.base import Capabilities
 from gspo.trainer.engines.rollout import Rollout, completion_mask_from_eos, eos_ids_of
+from gspo.vocab.choices import RolloutDtype, VllmSync
 
 PROCESSED_LOGPROBS_SINCE = (0, 10, 2)  # first vLLM whose LLM(...) takes logprobs_mode="processed_logprobs"
 
@@ -161,7 +162,7 @@ def logprob_engine_kwargs(version: str, *, temperature: float, v0_engine: bool) 
 def engine_dtype(vllm_dtype: str, model) -> str:
     """vLLM's `dtype`: `rollout.vllm_dtype`, or for auto the trainer's model's (vLLM's own auto would load an fp32
     checkpoint in bf16 on the CPU, a sampler less precise than the trainer that nobody asked for)."""
-    if vllm_dtype != "auto":
+    if vllm_dtype != RolloutDtype.AUTO:
         return vllm_dtype
     dtype = getattr(model, "dtype", None)
     if not isinstance(dtype, torch.dtype):
@@ -206,12 +207,12 @@ def find_local_model(llm):
     return _first_with(llm, _LOCAL_MODEL_PATHS, "load_weights")
 
 
-def push_weights(llm, state_dict: dict[str, torch.Tensor], local=None, *, mode: str = "load_weights") -> None:
+def push_weights(llm, state_dict: dict[str, torch.Tensor], local=None, *, mode: str = VllmSync.LOAD_WEIGHTS) -> None:
     """Load `state_dict` (Hugging Face names) into every vLLM worker, then drop prefix KV of old weights.
 
     `mode` load_weights: the model's own loader (`local`: the in-process model); reload: the worker's
     `reload_weights`, which re-processes repacked weights (`local`: the in-process worker)."""
-    if mode == "reload":
+    if mode == VllmSync.RELOAD:
         if local is not None:
             local.reload_weights(weights_iterator=iter(state_dict.items()), is_checkpoint_format=True)
         else:
@@ -308,8 +309,8 @@ def resolve_options(rollout, platform: Platform) -> dict:
     if rollout.vllm_sleep and not platform.sleep:
         raise GspoError(f"rollout.vllm_sleep=true: {where} has no sleep mode (GPUs only); "
                         "drop the override or set rollout.vllm_sleep=false")
-    sync = rollout.vllm_sync if rollout.vllm_sync != "auto" else ("reload" if platform.cpu else "load_weights")
-    if sync == "load_weights" and platform.cpu:
+    sync = rollout.vllm_sync if rollout.vllm_sync != VllmSync.AUTO else (VllmSync.RELOAD if platform.cpu else VllmSync.LOAD_WEIGHTS)
+    if sync == VllmSync.LOAD_WEIGHTS and platform.cpu:
         raise GspoError("rollout.vllm_sync=load_weights: the CPU build repacks linear weights for its kernels, so the "
                         "model's loader cannot write them in place; use rollout.vllm_sync=reload (or auto)")
     if platform.cpu and rollout.tensor_parallel_size > 1:
@@ -403,7 +404,7 @@ class _VLLMEngine:
         # in place only with one worker: with TP, the in-process driver holds just its own shard (V0)
         self._local = None
         if r.tensor_parallel_size == 1:
-            self._local = find_local_worker(self.llm) if self.sync_mode == "reload" else find_local_model(self.llm)
+            self._local = find_local_worker(self.llm) if self.sync_mode == VllmSync.RELOAD else find_local_model(self.llm)
         self.sync_seconds = 0.0  # time spent in sync_weights, summed (the cost of keeping vLLM current)
 
     def sync_weights(self, model) -> None:

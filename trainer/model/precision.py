@@ -20,24 +20,25 @@ import torch
 import torch.distributed
 
 from gspo.conf.errors import GspoError
+from gspo.vocab.choices import TrainPrecision
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-_AUTO = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+PRECISIONS = {TrainPrecision.FP32: torch.float32, TrainPrecision.BF16: torch.bfloat16, TrainPrecision.FP16: torch.float16}
+_AUTO = {dtype: name for name, dtype in PRECISIONS.items()}
 
 
 def resolve_precision(precision: str, storage: torch.dtype) -> str:
     """`auto` -> the precision matching the storage dtype; anything else as given."""
-    return _AUTO[storage] if precision == "auto" else precision
+    return _AUTO[storage] if precision == TrainPrecision.AUTO else precision
 
 
 def check_precision(precision: str, storage: torch.dtype, device: torch.device) -> None:
     """One-line GspoError for a combination that cannot run as asked."""
-    if precision == "fp32" and storage != torch.float32:
+    if precision == TrainPrecision.FP32 and storage != torch.float32:
         raise GspoError(f"train.precision=fp32 with model.dtype={str(storage).removeprefix('torch.')}: half-precision "
                         f"weights compute in half precision; use model.dtype=float32, or train.precision=auto")
-    if precision == "fp32":
+    if precision == TrainPrecision.FP32:
         return
-    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+    if device.type == "cuda" and precision == TrainPrecision.BF16 and not torch.cuda.is_bf16_supported():
         raise GspoError(f"train.precision=bf16: {torch.cuda.get_device_name(device)} cannot run bfloat16; "
                         f"use train.precision=fp16 or fp32")
     if not torch.amp.is_autocast_available(device.type):

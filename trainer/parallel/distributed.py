@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.run.rundir import RunDir, atomic_write_text
+from gspo.vocab.choices import OnNonfinite
 
 COLLECTIVE_TIMEOUT = timedelta(hours=2)
 FAILED_RANK = "failed_rank"  # <run>/failed_rank<r>.txt: the error of rank r, until rank 0 records it in run.json
@@ -120,7 +121,7 @@ def check_layout(train, world: World, sampling=None) -> None:  # sampling: cfg.r
     if sampling is not None and sampling.dynamic_sampling:
         raise GspoError("rollout.dynamic_sampling runs in one process only (each rank generates its own groups, so "
                         "which to keep and refill would be one rank's choice); use one process or turn it off")
-    if train.on_nonfinite == "skip":
+    if train.on_nonfinite == OnNonfinite.SKIP:
         raise GspoError("train.on_nonfinite=skip runs in one process only (a skipped batch would be one rank's); "
                         "use train.on_nonfinite=stop with several processes")
 

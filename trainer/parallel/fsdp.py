@@ -43,6 +43,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from gspo.conf.errors import GspoError
 from gspo.trainer.model.logprobs import SHARDED_ENTRY, completion_logprobs_of
+from gspo.vocab.choices import ModelDtype, TrainPrecision
 
 SHARDS = "dcp"  # a sharded checkpoint's DCP folder
 
@@ -57,9 +58,9 @@ def check(cfg, world) -> None:
     if cfg.model.lora.r > 0:
         raise GspoError("train.fsdp=true with LoRA (model.lora.r > 0): the adapters are small enough for plain data "
                         "parallelism; use train.fsdp=false")
-    if cfg.train.precision == "fp16":
+    if cfg.train.precision == TrainPrecision.FP16:
         raise GspoError("train.fsdp=true with train.precision=fp16: fp16 needs a sharded loss scaler; use bf16 or fp32")
-    if cfg.model.dtype != "float32":
+    if cfg.model.dtype != ModelDtype.FLOAT32:
         raise GspoError(f"train.fsdp=true with model.dtype={cfg.model.dtype}: FSDP keeps the shards in float32 and "
                         "computes in train.precision; use model.dtype=float32")
     if cfg.train.compile:

@@ -33,11 +33,12 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
+from transformers import AutoConfig
 
-from gspo.algos.metrics import LOAD_MAX, ROUTING_CHANGED
 from gspo.conf.errors import GspoError
 from gspo.trainer.parallel import distributed
-from gspo.trainer.parallel.distributed import World
+from gspo.vocab.choices import Replay
+from gspo.vocab.metrics import LOAD_MAX, ROUTING_CHANGED
 
 
 def find_routers(model: nn.Module) -> list[nn.Module]:
@@ -61,15 +62,26 @@ def changed_decisions(current: Tensor, recorded: Tensor) -> Tensor:
     return (current.sort(dim=-1).values != recorded.sort(dim=-1).values).any(dim=-1)
 
 
-SOURCES = ("trainer", "rollout")  # R2: the old policy's scoring forward; R3: the sampler's decoding
+SOURCES = (Replay.TRAINER, Replay.ROLLOUT)  # R2: the old policy's scoring forward; R3: the sampler's decoding
 
 
 
-def check_replay(algo, world: World) -> None:
-    """Routing Replay from the rollout (R3) reads the experts one process's sampler recorded: one process only."""
-    if world.size > 1 and algo.routing_replay == "rollout":
-        raise GspoError("algo.routing_replay=rollout (R3) runs in one process only for now; use one process, or "
-                        "algo.routing_replay=trainer (R2) with several")
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")  # Qwen-MoE / OLMoE, Mixtral / GPT-OSS, DeepSeek
+
+
+def declares_experts(model_cfg) -> bool:
+    """Whether the policy `model_cfg` (cfg.model) names is a Mixture-of-Experts model, read from its config alone,
+    before any weights load: the embedded model's num_experts, or a hub / local model's config.json. A config that
+    cannot be read counts as MoE: loading the model then says why it cannot be read."""
+    if model_cfg.name == "tiny":
+        return bool(model_cfg.tiny.num_experts)
+    try:
+        config = AutoConfig.from_pretrained(model_cfg.name, trust_remote_code=model_cfg.trust_remote_code)
+    except (OSError, ValueError):
+        return True
+    config = getattr(config, "text_config", None) or config
+    return any(getattr(config, name, None) for name in EXPERT_COUNTS)
+
 
 class DecodeRouting:
     """The experts every router of `model` chose during one decoding (the hf engine's lean loop): the prefill
@@ -112,10 +124,13 @@ class RoutingRecorder:
     `source`: whose experts are replayed and compared with, the trainer's old-policy forward (R2) or the
     sampler's decoding (R3, the rollout's `routing`)."""
 
-    def __init__(self, model: nn.Module, *, replay: bool, source: str = "trainer"):
+    def __init__(self, model: nn.Module, *, replay: bool, source: str = Replay.TRAINER):
         if source not in SOURCES:
             raise ValueError(f"unknown routing source {source!r}; known: {', '.join(SOURCES)}")
         self.routers = find_routers(model)
+        if replay and not self.routers:  # the config declared experts (preflight) but no router here can be hooked
+            raise GspoError(f"algo.routing_replay: {type(model).__name__} declares experts, but none of its modules is "
+                            "a top-k router Routing Replay can hook (transformers' *TopKRouter)")
         self.replay, self.source = replay, source
         self._mode = "off"
         self._index = {id(r): i for i, r in enumerate(self.routers)}
@@ -134,7 +149,7 @@ class RoutingRecorder:
         rollout's routing [N, S, layers, k], is what is replayed."""
         n, s = attention_mask.shape
         k = self.routers[0].top_k if self.routers else 0
-        if self.source == "rollout":
+        if self.source == Replay.ROLLOUT:
             if sampled is None:
                 raise ValueError("routing replay from the rollout needs the sampler's experts (rollout.routing)")
             self._recorded = [sampled[:, :, i].to(attention_mask.device) for i in range(len(self.routers))]
@@ -149,7 +164,7 @@ class RoutingRecorder:
     def recording(self, rows: slice):
         """Forwards inside (the old log-probs' scoring) record the experts of rollout rows `rows` (all columns);
         R3: they replay the sampler's instead, uncounted."""
-        with self._in("record" if self.source == "trainer" else "replay", (rows, slice(None))):
+        with self._in("record" if self.source == Replay.TRAINER else "replay", (rows, slice(None))):
             yield
 
     def updating(self, rows: Tensor, cols: slice) -> None:
@@ -162,7 +177,7 @@ class RoutingRecorder:
     def share(self, world) -> None:
         """[distributed] After a scoring pass dealt across ranks: every rank's recorded rows on every rank
         (each rank recorded its chunks into zeros). R3's came whole with the rollout: nothing to share."""
-        if self.source == "trainer":
+        if self.source == Replay.TRAINER:
             distributed.sum_tensors(self._recorded, world)
 
     def metrics(self, world=None) -> dict[str, Tensor]:

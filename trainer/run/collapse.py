@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from gspo.algos.metrics import ENTROPY, REWARD_MEAN, TRUNCATED_FRAC
+from gspo.vocab.metrics import ENTROPY, REWARD_MEAN, TRUNCATED_FRAC
 
 
 @dataclass(frozen=True)

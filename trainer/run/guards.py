@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from gspo.algos.metrics import SKIPPED_BATCH
 from gspo.conf.errors import GspoError
+from gspo.vocab.choices import OnNonfinite
+from gspo.vocab.metrics import SKIPPED_BATCH
 
 
 class NonFinite(Exception):
@@ -35,7 +36,7 @@ def handle_nonfinite(cfg, run, step: int, err: NonFinite, log) -> dict:
     """Write the dump; then stop the run (a GspoError) or, with train.on_nonfinite=skip, return the row
     that records the skipped batch."""
     path = run.write_json(f"nonfinite_step_{step:06d}.json", {"step": step, "reason": str(err), **err.dump})
-    if cfg.train.on_nonfinite == "skip":
+    if cfg.train.on_nonfinite == OnNonfinite.SKIP:
         log(f"step {step}: {err}; the batch is skipped, its earlier updates undone (dump: {path})")
         return {SKIPPED_BATCH: 1.0}
     run.set_status("running", stopped="nonfinite")  # a state: a bare resume leaves the run stopped (train.past_stop)

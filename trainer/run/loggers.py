@@ -12,31 +12,32 @@ import os
 from pathlib import Path
 from shlex import quote
 
-from gspo.algos.metrics import EVAL
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks.types import is_count
 from gspo.trainer.run.rundir import RunDir, read_jsonl
 from gspo.trainer.run.wandb_history import logged_steps
+from gspo.vocab.choices import Wandb
+from gspo.vocab.metrics import EVAL
 
 
 def wandb_mode(setting: str) -> str:
-    if setting != "auto":
+    if setting != Wandb.AUTO:
         return setting
-    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == "online":
-        return "online"
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == Wandb.ONLINE:
+        return Wandb.ONLINE
     try:
         if netrc.netrc().authenticators("api.wandb.ai"):
-            return "online"
+            return Wandb.ONLINE
     except (FileNotFoundError, netrc.NetrcParseError, OSError):
         pass
-    return "offline"
+    return Wandb.OFFLINE
 
 
 def check_wandb_folder(run_path: Path, setting: str) -> None:
     """Before the model loads: <run>/wandb, where W&B keeps the run's files, is a folder or absent; a file or a
     dangling link there is one line (W&B would fail on it after the model loaded, and the run, finished or
     not, would be recorded failed)."""
-    if wandb_mode(setting) == "disabled":
+    if wandb_mode(setting) == Wandb.DISABLED:
         return
     folder = run_path / "wandb"
     fix = "move it aside (W&B keeps the run's files there), or set logger.wandb=disabled"
@@ -61,7 +62,7 @@ class Loggers:
         self.wandb = None
         self.job_type = job_type
         mode = wandb_mode(cfg.logger.wandb)
-        if mode != "disabled":
+        if mode != Wandb.DISABLED:
             self.wandb = _start_wandb(run, cfg, config_dict, mode, job_type)
             if job_type == "train":
                 self.catch_up(log)
@@ -138,7 +139,7 @@ def offline_note(run) -> str | None:
     The command names every offline folder of this W&B run id, oldest first (an attempt killed and resumed
     leaves one folder per attempt, each with the steps it logged), each quoted, relative to the working
     directory when it lies under it."""
-    if run.settings.mode != "offline":
+    if run.settings.mode != Wandb.OFFLINE:
         return None
     folder = Path(run.dir).resolve().parent  # <dir>/wandb/offline-run-<time>-<id>/files
     folders = sorted({*folder.parent.glob(f"offline-run-*-{run.id}"), folder})

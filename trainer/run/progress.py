@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from gspo.algos.metrics import CLIP_TOKEN_FRAC, REWARD_MEAN
+from gspo.vocab.metrics import CLIP_TOKEN_FRAC, REWARD_MEAN
 
 # rich estimates the speed over its last 30 s by default: with steps slower than that the ETA would read
 # -:--:-- for most of a run; over the whole run it is there from the second step

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.rundir import SET_ASIDE, RunDir, read_jsonl
+from gspo.vocab.choices import OnNonfinite
 
 
 def rebuild_status(run: RunDir, cfg, eval_key: str, log) -> None:
@@ -50,7 +51,7 @@ def recovered_facts(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> dict:
         if cfg.train.stop_on_collapse and found.step == last and saved:
             facts |= {"stopped": "collapse", "status": "finished"}
     dump = run.path / f"nonfinite_step_{last + 1:06d}.json"
-    if cfg.train.on_nonfinite == "stop" and dump.is_file():
+    if cfg.train.on_nonfinite == OnNonfinite.STOP and dump.is_file():
         try:
             reason = json.loads(dump.read_text()).get("reason", "a non-finite value")
         except (ValueError, OSError, AttributeError):

@@ -19,10 +19,10 @@ from torch import Tensor
 from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.algos.registry import check_clip
 from gspo.conf.errors import GspoError
-from gspo.conf.schema import CORRECTION_BOUNDS, ICEPOP_BAND
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.tasks.task_types import Task
+from gspo.vocab.choices import CORRECTION_BOUNDS, ICEPOP_BAND, AdvScale, Correction, Level, Ratio
 
 
 def check_algorithm(algo, task: Task) -> None:
@@ -45,23 +45,23 @@ def check_algorithm(algo, task: Task) -> None:
         raise GspoError(f"algo.advantage={algo.advantage} gives per-token advantages, which {algo.name} does not take: "
                         "use algo=gspo_token_step (GSPO-token)")
     c = algo.correction
-    if c.kind != "none" and old_logp_origin(algo) != ENGINE:
+    if c.kind != Correction.NONE and old_logp_origin(algo) != ENGINE:
         raise GspoError(f"algo.correction.kind={c.kind} corrects the sampler's log-probs toward the trainer's: it needs "
                         f"algo.old_logp_source=engine (got {algo.old_logp_source})")
-    if c.kind != "none" and getattr(options, "anchored_at_sampler", False):
+    if c.kind != Correction.NONE and getattr(options, "anchored_at_sampler", False):
         raise GspoError(f"algo.correction.kind={c.kind} with {algo.name} anchored at the sampler: its ratio pi / pi_s "
                         "already weighs the sampler-trainer mismatch, a correction would weigh it twice (use "
                         "algo.options.anchor=trainer for the decoupled form, or algo.correction.kind=none)")
-    if c.kind != "none" and c.level == "token" and not spec.token_advantages:
+    if c.kind != Correction.NONE and c.level == Level.TOKEN and not spec.token_advantages:
         raise GspoError(f"algo.correction.level=token weights each token's term, and {algo.name} weights whole "
                         "sequences: use algo.correction.level=auto, sequence or geometric")
-    if c.kind == "geo_rs" and c.level not in ("auto", "geometric"):
+    if c.kind == Correction.GEO_RS and c.level not in (Level.AUTO, Level.GEOMETRIC):
         raise GspoError(f"algo.correction.kind=geo_rs masks by the geometric-mean ratio: algo.correction.level="
                         f"{c.level} cannot apply (use auto or geometric)")
     if estimator.needs_components and not task.has_components:
         raise GspoError(f"algo.advantage={algo.advantage} normalises each reward component apart, and task "
                         f"{task.name} has one reward (task=arith gives correctness and format)")
-    if algo.adv_scale == "mean" and (estimator.per_token or estimator.needs_components):
+    if algo.adv_scale == AdvScale.MEAN and (estimator.per_token or estimator.needs_components):
         raise GspoError(f"algo.adv_scale=mean (MaxRL) applies to algo.advantage=group, not {algo.advantage}")
     if estimator.needs_steps and not task.has_steps:
         raise GspoError(f"algo.advantage={algo.advantage} needs a task whose worked steps are graded "
@@ -120,15 +120,16 @@ class CorrectionBounds:
 
 def correction_bounds(algo) -> CorrectionBounds:
     """algo.correction resolved: level auto is the algorithm's own ratio level (geometric for gspo, gspo_token and
-    gmpo, token otherwise; geometric for geo_rs), and each unset bound is its level's (conf/schema.py; mis at token
+    gmpo, token otherwise; geometric for geo_rs), and each unset bound is its level's (gspo.vocab.choices CORRECTION_BOUNDS; mis at token
     level: IcePop's band)."""
     c = algo.correction
     level = c.level
-    if level == "auto":
+    if level == Level.AUTO:
         spec = get(algo.name)  # a token weight needs per-token advantages: an algorithm without them gets geometric
-        level = "geometric" if c.kind == "geo_rs" or spec.ratio == "geometric" or not spec.token_advantages else "token"
+        level = (Level.GEOMETRIC if c.kind == Correction.GEO_RS or spec.ratio == Ratio.GEOMETRIC or not spec.token_advantages
+                 else Level.TOKEN)
     cap, low, high = CORRECTION_BOUNDS[level]
-    if c.kind == "mis" and level == "token":
+    if c.kind == Correction.MIS and level == Level.TOKEN:
         low, high = ICEPOP_BAND
     return CorrectionBounds(c.kind, level, cap if c.cap is None else c.cap, low if c.low is None else c.low,
                             high if c.high is None else c.high)
@@ -145,7 +146,7 @@ def corrected(algo, advantages: Tensor, old_logp: Tensor, rollout: Rollout) -> t
     DPPO's default anchor read them, not these.
     """
     c = algo.correction
-    if c.kind == "none":
+    if c.kind == Correction.NONE:
         return advantages, rollout.engine_logp if old_logp_origin(algo) == ENGINE else old_logp, {}
     b = correction_bounds(algo)
     weights, metrics = correction_weights(old_logp=old_logp, engine_logp=rollout.engine_logp,

@@ -16,6 +16,7 @@ import math
 from gspo.algos import get, get_estimator
 from gspo.trainer.engines.registry import engine_kind
 from gspo.trainer.step.advantages import correction_bounds
+from gspo.vocab.choices import Advantage, AdvScale, Correction, Level, OldLogp, Replay
 
 NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole minibatch's (every micro-batch, rank)
     "seq_mean": "1/N sum_i J_i  (N sequences of the minibatch)",
@@ -55,11 +56,11 @@ def _num(x: float) -> str:
 def _advantage(cfg) -> list[str]:
     algo, r = cfg.algo, cfg.rollout
     G, eps = cfg.train.group_size, _num(algo.adv_eps)
-    scale = {"std": f"(r_i - mean_G) / (std_G + {eps}), Bessel std over each group of G = {G}",
-             "none": f"r_i - mean_G over each group of G = {G} (no std division)",
-             "mean": f"(r_i - mean_G) / max(mean_G, {eps}) over each group of G = {G} (MaxRL)"}[algo.adv_scale]
+    scale = {AdvScale.STD: f"(r_i - mean_G) / (std_G + {eps}), Bessel std over each group of G = {G}",
+             AdvScale.NONE: f"r_i - mean_G over each group of G = {G} (no std division)",
+             AdvScale.MEAN: f"(r_i - mean_G) / max(mean_G, {eps}) over each group of G = {G} (MaxRL)"}[algo.adv_scale]
     est = get_estimator(algo.advantage)
-    if algo.advantage == "step":
+    if algo.advantage == Advantage.STEP:
         what = f"per token: the sum of the normalised rewards of its step and the later ones; each step {scale}"
     elif est.needs_components:
         parts = "the task's reward components (arith: correctness, format)" + (
@@ -107,18 +108,18 @@ def _policies(cfg) -> list[str]:
     algo, r = cfg.algo, cfg.rollout
     sampled = (f"sampler    {engine_kind(r.engine).description(r)}, temperature {_num(r.temperature)}, top_p {_num(r.top_p)}: its "
                "log-probs are pi_s, scored at the same temperature and nucleus")
-    if algo.correction.kind != "none":
+    if algo.correction.kind != Correction.NONE:
         old = "a trainer scoring forward before the updates (the sampler's enter only through the correction)"
-    elif algo.old_logp_source == "engine":
+    elif algo.old_logp_source == OldLogp.ENGINE:
         old = "the sampler's own log-probs (algo.old_logp_source=engine), whatever their precision; the mismatch logged"
-    elif algo.old_logp_source == "recompute":
+    elif algo.old_logp_source == OldLogp.RECOMPUTE:
         old = "a trainer scoring forward before the updates (algo.old_logp_source=recompute)"
     else:
         old = ("the sampler's own log-probs where they equal a trainer forward to fp tolerance (hf lean sampler, fp32, "
                "no MoE routers), else a trainer scoring forward (algo.old_logp_source=auto)")
     lines = [sampled, f"pi_old     {old}"]
-    if algo.routing_replay != "none":
-        whose = ("the experts the old policy's scoring forward chose (R2)" if algo.routing_replay == "trainer" else
+    if algo.routing_replay != Replay.NONE:
+        whose = ("the experts the old policy's scoring forward chose (R2)" if algo.routing_replay == Replay.TRAINER else
                  "the experts the sampler chose while decoding (R3)")
         lines.append(f"replay     routing replay: {whose}, replayed in the update's forwards, gates recomputed from "
                      "the current router")
@@ -127,15 +128,15 @@ def _policies(cfg) -> list[str]:
 
 def _correction(cfg) -> list[str]:
     c = cfg.algo.correction
-    if c.kind == "none":
+    if c.kind == Correction.NONE:
         return ["correction none"]
     b = correction_bounds(cfg.algo)
-    rho = {"token": "rho_it = exp(old_logp_it - sampler_logp_it), per token",
-           "sequence": "rho_i = exp(sum_t (old_logp_it - sampler_logp_it)), the product of the token ratios",
-           "geometric": "rho_i = exp(1/|y_i| sum_t (old_logp_it - sampler_logp_it)), their geometric mean"}[b.level]
-    rule = {"tis": f"c = sg(min(rho, {_num(b.cap)}))",
-            "mis": f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 ("
-                   + ("IcePop)" if b.level == "token" else "masked IS)"),
-            "mask": f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
-            "geo_rs": f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
+    rho = {Level.TOKEN: "rho_it = exp(old_logp_it - sampler_logp_it), per token",
+           Level.SEQUENCE: "rho_i = exp(sum_t (old_logp_it - sampler_logp_it)), the product of the token ratios",
+           Level.GEOMETRIC: "rho_i = exp(1/|y_i| sum_t (old_logp_it - sampler_logp_it)), their geometric mean"}[b.level]
+    rule = {Correction.TIS: f"c = sg(min(rho, {_num(b.cap)}))",
+            Correction.MIS: f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 ("
+                   + ("IcePop)" if b.level == Level.TOKEN else "masked IS)"),
+            Correction.MASK: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
+            Correction.GEO_RS: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
     return [f"correction {b.kind} at {b.level} level: {rule}, {rho}; c multiplies each term's advantage"]

@@ -1,5 +1,5 @@
 """Metrics of a step reduced over its micro-batches, minibatches and processes, as each metric declares
-(gspo.algos.registry.REDUCTIONS: token or sequence mean, sum, min, max), and read to the host once.
+(gspo.vocab.reductions.REDUCTIONS: token or sequence mean, sum, min, max), and read to the host once.
 
 `MetricSums` keeps a (sum, count) per metric over the micro-batches of one minibatch and divides once;
 `reduce_metrics` combines the updates of a step; `to_host` is the step's one host sync of its metrics.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from gspo.algos.metrics import DIAG, section
-from gspo.algos.registry import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
 from gspo.trainer.parallel import distributed
+from gspo.vocab.metrics import DIAG, section
+from gspo.vocab.reductions import MAX, MIN, SEQ_MEAN, SUM, TOKEN_MEAN
 
 
 class MetricSums:

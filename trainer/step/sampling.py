@@ -30,7 +30,12 @@ from dataclasses import dataclass
 import torch
 
 from gspo.algos import constant_components, constant_groups, get_estimator, overlong_penalty
-from gspo.algos.metrics import (
+from gspo.trainer.engines.rollout import Rollout, concat_rollouts
+from gspo.trainer.parallel import distributed
+from gspo.trainer.parallel.distributed import World
+from gspo.trainer.run.seeds import step_seed
+from gspo.trainer.tasks.task_types import Item, Task, prompt_text
+from gspo.vocab.metrics import (
     DRAWS,
     GROUPS_DRAWN,
     GROUPS_DROPPED,
@@ -38,11 +43,6 @@ from gspo.algos.metrics import (
     GROUPS_REFILLED,
     OVERLONG_PENALTY,
 )
-from gspo.trainer.engines.rollout import Rollout, concat_rollouts
-from gspo.trainer.parallel import distributed
-from gspo.trainer.parallel.distributed import World
-from gspo.trainer.run.seeds import step_seed
-from gspo.trainer.tasks.task_types import Item, Task, prompt_text
 
 
 def format_prompts(tokenizer, items: list[Item], *, chat: bool, repeat: int = 1) -> list[str]:

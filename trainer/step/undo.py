@@ -8,11 +8,11 @@ import copy
 
 import torch
 
-from gspo.algos.metrics import CLIP, GRAD_NORM, RATIO, section
-from gspo.algos.registry import SUM
 from gspo.trainer.run.guards import NonFinite
 from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.reduction import reduce_metrics, to_host
+from gspo.vocab.metrics import CLIP, GRAD_NORM, RATIO, section
+from gspo.vocab.reductions import SUM
 
 
 def snapshot(ctx: StepContext) -> tuple:

@@ -23,7 +23,6 @@ import torch
 
 from gspo.algos import get as get_algorithm
 from gspo.algos import policy_loss, ratio_diagnostics
-from gspo.algos.metrics import GRAD_NORM, LR, reductions
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.logprobs import completion_logprobs
 from gspo.trainer.parallel import distributed, fsdp
@@ -33,6 +32,7 @@ from gspo.trainer.run.guards import NonFinite
 from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.reduction import MetricSums, reduce_metrics
 from gspo.trainer.step.undo import nonfinite_guard, restore, snapshot
+from gspo.vocab.metrics import GRAD_NORM, LR, reductions
 
 # The update's own metrics, reduced like the algorithm's: means over the updates of a step.
 UPDATE_METRICS = reductions((GRAD_NORM, LR))

@@ -25,6 +25,7 @@ from gspo.evals.benchmarks.livecodebench import MEMORY_MB
 from gspo.evals.graders.code import extract_code, run_code
 from gspo.evals.parallel import parallel_map
 from gspo.trainer.tasks.task_types import Item, Task, hold_out, is_local, require_dataset, uniform_draw
+from gspo.vocab.choices import CodeReward
 
 
 def code_task(cfg) -> Task:
@@ -41,7 +42,7 @@ def code_task(cfg) -> Task:
         problems[p.id] = p
     items, held_out = hold_out([Item(p.prompt, p.id, system=p.meta.get("system")) for p in problems.values()],
                                cfg.eval_size)
-    score = partial(_rewards, problems, fraction=cfg.code_reward == "fraction", timeout_s=cfg.timeout_s,
+    score = partial(_rewards, problems, fraction=cfg.code_reward == CodeReward.FRACTION, timeout_s=cfg.timeout_s,
                     workers=cfg.workers)
     return Task(name=cfg.name, eval_items=held_out, _draw=uniform_draw(items), _score=score, grader="code")
 

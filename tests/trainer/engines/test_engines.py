@@ -48,8 +48,6 @@ def test_capabilities_follow_the_rollout_settings(overrides, can):
 
 @pytest.mark.parametrize("overrides, world, message", [
     (("rollout=vllm", "model.lora.r=8"), 1, r"^model.lora with rollout=vllm is not supported yet .*: use rollout=hf$"),
-    (("model=tiny-moe", "algo.routing_replay=rollout", "rollout.sampler=generate"), 1,
-     r"^algo.routing_replay=rollout replays .* rollout=hf with rollout.sampler=generate records none"),
     (("rollout=vllm", "train.fsdp=true"), 2, r"^train.fsdp=true with rollout.engine=vllm: .*use rollout=hf with"),
     (("rollout=vllm", "rollout.tensor_parallel_size=2"), 2, r"^rollout.tensor_parallel_size=2 with 2 processes: .*colocated"),
 ])
@@ -57,8 +55,8 @@ def test_each_pre_run_rule_asks_a_capability(overrides, world, message):
     cfg = compose_config([*TINY, *overrides])
     with pytest.raises(GspoError, match=message):
         check_engine(cfg, World(0, world))
-    # the same settings on an engine that has the capability pass (hf: lora, the lean sampler's routing, shards;
-    # a tensor-parallel size it does not use)
+    # the same settings on an engine that has the capability pass (hf: lora, shards; a tensor-parallel size it does
+    # not use). Routing Replay's need of the engine (records_routing) is a preflight rule: tests/trainer/test_preflight.py
     fine = [o for o in overrides if o not in ("rollout=vllm", "rollout.sampler=generate")]
     check_engine(compose_config([*TINY, *fine]), World(0, world))
 

@@ -139,12 +139,14 @@ def test_update_first_minibatch_is_on_policy_and_routing_drifts_only_without_rep
     assert "moe/load_max" in rec.metrics()
 
 
-def test_routing_replay_on_a_dense_model_is_one_line(gspo):
-    proc = gspo.subprocess("train", *TINY, "algo.routing_replay=trainer", "--cfg")
+def test_routing_replay_on_a_dense_model_is_one_line_and_writes_nothing(gspo, tmp_path):
+    """Refused by the pre-run pass (trainer/preflight.py), before the run folder opens or the model loads."""
+    proc = gspo.subprocess("train", *TINY, "algo.routing_replay=trainer", f"output_dir={tmp_path / 'runs'}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: algo.routing_replay=trainer needs a Mixture-of-Experts model and the embedded model is dense: "
         "use model=tiny-moe (or an MoE through model=hf)"]
+    assert not (tmp_path / "runs").exists()
 
 
 def _moe_engine(dtype):

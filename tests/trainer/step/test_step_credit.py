@@ -19,12 +19,12 @@ import pytest
 import torch
 
 from gspo.algos import ALGOS, estimate, policy_loss, register, step_advantages
-from gspo.algos.registry import SEQ_MEAN
 from gspo.evals.arith import ALPHABET, ArithProblem, grade_steps
 from gspo.trainer import loop
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.model.models import build_char_tokenizer
 from gspo.trainer.step.advantages import step_tensors
+from gspo.vocab.reductions import SEQ_MEAN
 from tests.conftest import LEARNING_SEED
 
 ONE_STEP = (f"seed={LEARNING_SEED}", "train.steps=1", "train.eval_every=0", "logger.progress=false",

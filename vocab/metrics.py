@@ -1,7 +1,7 @@
 """The metric catalogue: every metric a run logs, declared once.
 
 Each `Metric` says what the number means (one line), how it reduces over micro-batches and updates
-(registry.REDUCTIONS; None for a value made once per step), and what a report needs to show it: a plot
+(reductions.REDUCTIONS; None for a value made once per step), and what a report needs to show it: a plot
 label, its scale (linear or log), the range a valid value lies in, whether the comparison report
 headlines it, and its kind: HIGHER (higher is better: reward, accuracy), LOWER (lower is better: cost,
 time), or MECHANISM (neither: how the algorithm behaved, e.g. clip fractions, ratios).
@@ -11,7 +11,8 @@ for the names made from a task, benchmark or phase, the `Family` that builds the
 "accuracy")`, `REWARD_TASK.name(task)`, `TIME_PHASE.name("generate")`). `lookup(name)` finds the
 declaration of any logged name; tests/algos/test_metric_catalogue.py fails when a run logs a name it lacks.
 
-This module is of the bottom layer (algos): it imports nothing of gspo's but the reduction names.
+This module is of the bottom room (vocab): it imports the standard library and the reduction names only, so
+report/ reads the catalogue without loading torch.
 """
 
 from __future__ import annotations
