@@ -123,7 +123,7 @@ ANCHOR_CARD = ("anchor     q = {anchor}: sampler = the sampler's own log-probs (
                "           the engine returns none), trainer = pi_old, the trainer's recomputed old policy\n")
 
 
-@register("dppo_tv", display="DPPO-TV", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
+@register("dppo_tv", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
     "ratio      token probabilities p = pi, q = the anchor's (not their ratio) for the mask; r = p / q for the weight\n"
     + ANCHOR_CARD +
     "mask       keep_it = (p - q <= {clip_high}) if A_it > 0, (p - q >= -{clip_low}) if A_it <= 0:\n"
@@ -140,7 +140,7 @@ def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str, anchor: str
     return _dppo(x, log_q, keep, beyond, tis_cap, aggregation)
 
 
-@register("dppo_kl", display="DPPO-KL", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
+@register("dppo_kl", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
     "ratio      token probabilities p = pi, q = the anchor's (not their ratio) for the mask; r = p / q for the weight\n"
     + ANCHOR_CARD +
     "mask       D = q log(q/p) + (1-q) log((1-q)/(1-p)); keep_it = D <= {clip_high} or p <= q if A_it > 0,\n"

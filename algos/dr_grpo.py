@@ -26,5 +26,5 @@ class DrGrpoOptions(GrpoOptions):
     aggregation: str = Aggregation.SEQ_MEAN_TOKEN_SUM_NORM  # 1/max_len, the constant normaliser (paper, sec. 3)
 
 
-register("dr_grpo", display="Dr. GRPO", options=DrGrpoOptions, metrics=STANDARD_METRICS, token_advantages=True,
+register("dr_grpo", options=DrGrpoOptions, metrics=STANDARD_METRICS, token_advantages=True,
          card=GRPO_CARD)(grpo_loss)

@@ -41,7 +41,7 @@ from .common import (
 from .registry import register
 
 
-@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio=Ratio.GEOMETRIC, display="GSPO-token",
+@register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio=Ratio.GEOMETRIC,
           same_as="gspo", aggregation="seq_mean_token_mean", card=(
     "ratio      sequence geometric mean with token gradients: s_it = sg[s_i] pi_it / sg[pi_it],\n"
     "           s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))\n"

@@ -25,5 +25,5 @@ class MaxrlOptions(GrpoOptions):
     """GRPO's aggregation options; default seq_mean_token_mean (the GRPO form MaxRL's experiments keep)."""
 
 
-register("maxrl", display="MaxRL", options=MaxrlOptions, metrics=STANDARD_METRICS, token_advantages=True,
+register("maxrl", options=MaxrlOptions, metrics=STANDARD_METRICS, token_advantages=True,
          card=GRPO_CARD)(grpo_loss)

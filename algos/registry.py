@@ -23,6 +23,7 @@ from typing import Any
 
 from torch import Tensor
 
+from gspo.vocab.algorithms import TITLES
 from gspo.vocab.choices import Ratio
 from gspo.vocab.reductions import REDUCTIONS
 
@@ -55,7 +56,6 @@ class Algorithm:
     card: str = ""  # its ratio and objective for `gspo explain`, a format string: {lo} = 1 - clip_low, {hi} =
     #                 1 + clip_high, {clip_low}, {clip_high}, {exp_lo} = e^-clip_low, {exp_hi} = e^clip_high, its options
     aggregation: str = ""  # its fixed token reduction where it has no aggregation option (seq_mean: 1/N sum_i J_i)
-    display: str = ""  # its name as its paper writes it ("GSPO-token"), for reports; "" = the name in capitals
     same_as: str = ""  # an algorithm it equals in value and gradient when every sequence has one advantage (GSPO
     #                    paper, eqs. 13-14: GSPO-token and GSPO), so a sweep holding both runs it once
     on_policy_as: str = ""  # an algorithm whose gradient it equals on-policy (every ratio 1: GSPO and GRPO), so a
@@ -65,8 +65,8 @@ class Algorithm:
 
     @property
     def title(self) -> str:
-        """The name as its paper writes it."""
-        return self.display or self.name.upper()
+        """The name as its paper writes it (vocab/algorithms.py); a plugin's name in capitals."""
+        return TITLES.get(self.name, self.name.upper())
 
     def make_options(self, values: Mapping[str, Any]) -> Any:
         """The options dataclass from config values: TypeError naming an unknown option and the known ones,
@@ -86,7 +86,7 @@ RATIOS = Ratio.values  # gspo.vocab.choices
 
 def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str], token_advantages: bool = False,
              no_lower_bound: bool = False, ratio: str = Ratio.TOKEN, card: str = "", aggregation: str = "",
-             display: str = "", same_as: str = "", on_policy_as: str = "",
+             same_as: str = "", on_policy_as: str = "",
              reads_sampler: bool = False) -> Callable[[LossFn], LossFn]:
     """Decorator: make a policy-loss function available as `name`, with its options and metric reductions."""
 
@@ -110,7 +110,7 @@ def register(name: str, *, options: type = NoOptions, metrics: Mapping[str, str]
         if bad:
             raise ValueError(f"algorithm {name!r}: metric reductions {bad} not in {', '.join(REDUCTIONS)}")
         ALGOS[name] = Algorithm(name, fn, options, dict(metrics), token_advantages, no_lower_bound, ratio, card,
-                                aggregation, display, same_as, on_policy_as, reads_sampler)
+                                aggregation, same_as, on_policy_as, reads_sampler)
         return fn
 
     return decorator

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo.algos import ALGOS
 from gspo.conf.resume import trajectory_neutral
 from gspo.report.comparable import check_comparable
 from gspo.report.runs import Run
+from gspo.vocab.algorithms import title
 
 REPLICATE_KEYS = ("seed",)
 BOOKKEEPING = ("run_id", "output_dir", "resume", "logger.", "eval.workers", "model.tiny.cache_dir")
@@ -28,10 +28,8 @@ FIRST = ("algo.name",)
 
 
 def algo_title(name: object) -> str:
-    """An algorithm's name as its paper writes it (its registration's `display`); a name no longer registered
-    (a run of an older version) as it is."""
-    algo = ALGOS.get(str(name))
-    return algo.title if algo else str(name)
+    """An algorithm's name as its paper writes it (vocab/algorithms.py); a name gspo does not ship as it is."""
+    return title(name)
 
 
 @dataclass

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gspo.algos import ALGOS, REDUCTIONS, available, get, option_names, policy_loss, register
+from gspo.vocab.algorithms import TITLES
 
 F64 = torch.float64
 OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
@@ -36,6 +37,7 @@ def test_registered_names():
     for name in OPTIONS:
         assert option_names(name) == OPTIONS[name]
     assert get("gspo_token").title == "GSPO-token" and get("grpo").title == "GRPO"
+    assert set(TITLES) == set(ALGOS)  # every algorithm gspo ships has its display name in vocab/algorithms.py
     assert get("gspo_token").same_as == "gspo" and get("gspo").on_policy_as == "grpo"
 
 
