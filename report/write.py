@@ -44,7 +44,7 @@ from gspo.report.comparable import at_common_step, seeds_used
 from gspo.report.inactive import never_acted
 from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
-from gspo.report.noise import bootstrap_table, noise_text, split_table, which_objective
+from gspo.report.noise import crossed_table, noise_text, paired_noise_table, split_table, which_objective
 from gspo.report.page import Block, to_html, to_markdown
 from gspo.report.plots import forest, key_grid, sensitivity, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
@@ -331,8 +331,9 @@ def _cards(arms: list[Arm]) -> list[Block]:
 
 
 def _noise(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]]) -> list[Block]:
-    """Held-out accuracy: the variance split (eval sampling vs training seed), the eval's cost, and the two-level
-    paired bootstrap of each difference; nothing when the runs did not record per-problem outcomes."""
+    """Held-out accuracy: the variance split (eval sampling vs training seed) per arm and per paired difference,
+    the eval's cost, and each difference's crossed-design interval (new seeds and new problems); nothing when the
+    runs did not record per-problem outcomes."""
     held = [h for h in heads if M.EVAL.matches(h.metric) and h.metric.endswith("/" + M.EVAL_ACCURACY)]
     if not held:
         return []
@@ -341,9 +342,9 @@ def _noise(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Differe
         return []
     blocks = [Block("h2", "Held-out accuracy: noise and cost"), Block("p", noise_text(arms)),
               Block("table", table=split, id="noise")]
-    boot = bootstrap_table(diffs.get(held[0].metric, []))
-    if len(boot):
-        blocks.append(Block("table", table=boot))
+    for table in (paired_noise_table(diffs.get(held[0].metric, [])), crossed_table(diffs.get(held[0].metric, []))):
+        if len(table):
+            blocks.append(Block("table", table=table))
     return blocks
 
 
