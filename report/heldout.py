@@ -1,5 +1,5 @@
-"""Held-out accuracy per problem: what each run's evals.jsonl records, the two-level paired bootstrap, and the
-split of the accuracy's variance into eval sampling and training seed.
+"""Held-out accuracy per problem: what each run's evals.jsonl records, the split of the accuracy's variance
+into eval sampling and training seed (per arm and per paired difference), and intervals over new problems.
 
 A training run's held-out eval writes, with its accuracy, how many of the k samples of each problem were
 right (`correct`, in the order of the task's eval items) and a fingerprint of the problems (trainer/
@@ -11,11 +11,15 @@ evaluate.py). From these:
 - the split (`decompose`): the variance of the final accuracy across seeds of one arm is eval sampling plus
   training seed (a one-way random-effects model, method of moments): seed = total - mean eval part, at 0
   when negative;
+- the same split of a paired difference (`paired_split`), whose eval part is the arms' shared draws' own where
+  the runs recorded each sample's reward (`outcomes`): sample j of problem i draws from the same random numbers
+  in both arms (common random numbers), which cancel part of the difference's eval noise;
+- a crossed-design interval of a paired difference (`crossed_interval`): seeds and problems as crossed random
+  effects, so it covers new problems as well as new seeds (the paired t covers new seeds on these problems);
 - a two-level paired bootstrap (`paired_bootstrap`): seeds resampled, then problems resampled within each
-  seed (Davison & Hinkley 1997, sec. 3.8; as rliable stratifies), the difference of the arms' accuracy on the
-  same problems in each draw. Its interval generalises over new eval problems as well as new seeds; with few
-  seeds a bootstrap over seeds under-covers (three seeds have ten distinct resamples), which the A/A check in
-  tests/report/test_aa.py measures and docs/verdicts.md reports.
+  seed (Davison & Hinkley 1997, sec. 3.8; as rliable stratifies). It treats problems as nested in seeds where
+  they are crossed, and covered new problems 0.82-0.88 of the time on the real runs (issue 45), so the page
+  gives the crossed interval; perf/aa_check.py keeps measuring the bootstrap's A/A rate.
 """
 
 from __future__ import annotations
@@ -190,14 +194,14 @@ def crossed_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> Inter
     """mean(a - b) with an interval over new seeds and new problems: a, b [S seeds, P problems] per-problem
     accuracies of the same problems, paired by seed (seeds and problems crossed, every seed evaluating every
     problem). The differences d_sp = mu + seed_s + problem_p + e_sp, each effect random (two-way random effects
-    without replication), their variance components from the mean squares (method of moments, each at 0 when
-    negative; Searle, Casella & McCulloch 1992, ch. 4):
+    without replication; Searle, Casella & McCulloch 1992, ch. 4), with the mean squares
         MS_S = P sum_s (d_s. - d..)^2 / (S - 1),  MS_P = S sum_p (d_.p - d..)^2 / (P - 1),
         MS_E = sum (d_sp - d_s. - d_.p + d..)^2 / ((S - 1)(P - 1)),
-        Var(d..) = s2_seed / S + s2_problem / P + s2_e / (S P) = (max(MS_S, MS_E) + max(MS_P, MS_E) - MS_E) / (S P),
-    t at Satterthwaite's degrees of freedom for that combination of mean squares. The paired t (over seeds
-    alone) leaves out s2_problem / P: the arm x problem effect a new problem set draws anew. None below 2
-    seeds or 2 problems."""
+    Var(d..) = s2_seed / S + s2_problem / P + s2_e / (S P) = (MS_S + MS_P - MS_E) / (S P): the paired t's variance
+    over seeds, MS_S / (S P) (which holds s2_seed / S + s2_e / (S P)), plus the problem component (MS_P - MS_E) /
+    (S P) that a new problem set draws anew (the arm x problem effect), at 0 when MS_P <= MS_E (then the interval
+    is the paired t's). t at Satterthwaite's degrees of freedom for that combination of mean squares. None below
+    2 seeds or 2 problems."""
     d = np.asarray(a, float) - np.asarray(b, float)  # [S, P]
     s, p = d.shape
     if s < 2 or p < 2:
@@ -206,11 +210,11 @@ def crossed_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> Inter
     ms = np.array([p * ((by_seed - mean) ** 2).sum() / (s - 1), s * ((by_problem - mean) ** 2).sum() / (p - 1),
                    ((d - by_seed[:, None] - by_problem[None, :] + mean) ** 2).sum() / ((s - 1) * (p - 1))])
     dfs = np.array([s - 1, p - 1, (s - 1) * (p - 1)])
-    coef = np.array([ms[0] > ms[2], ms[1] > ms[2], 0], dtype=float)  # a component at 0 takes MS_E's place
-    coef[2] = 1 - coef[0] - coef[1]
+    problem = float(ms[1] > ms[2])
+    coef = np.array([1.0, problem, -problem])
     combo = float(coef @ ms)
-    if combo <= 0:
-        return Interval(mean, mean, mean, s, se=0.0, df=float(dfs[0]))  # no spread at all: no test
+    if combo <= 1e-24:
+        return Interval(mean, mean, mean, s, se=0.0, df=float(dfs[0]))  # the seeds tied, no problem effect: no test
     df = combo**2 / float(((coef * ms) ** 2 / dfs).sum())
     se = math.sqrt(combo / (s * p))
     half = float(sps.t.ppf(0.5 + level / 2, df)) * se

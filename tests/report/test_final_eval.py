@@ -61,12 +61,15 @@ def test_crossed_interval_by_hand():
     assert (ci.low, ci.high) == (pytest.approx(0.3 - half), pytest.approx(0.3 + half))
     # the paired t over seeds alone has Var MS_S / (S P) = .01: it leaves out the problem component (.14 - .02) / 6
     assert paired_ci([0.2, 0.4], [0.0, 0.0]).se == pytest.approx(0.1)
-    # a component whose mean square falls below MS_E is 0 (MS_E takes its place): d = [[0, .2], [.2, 0]] has
-    # MS_S = MS_P = 0, MS_E = .04, so Var = .04 / 4 on 1 df
-    ci = crossed_interval(np.array([[0.0, 0.2], [0.2, 0.0]]), np.zeros((2, 2)))
-    assert (ci.mean, ci.se, ci.df) == (pytest.approx(0.1), pytest.approx(0.1), pytest.approx(1.0))
+    # a problem component whose mean square falls below MS_E is 0, and the interval is the paired t's:
+    # d = [[0, .2], [.4, .2]]: seed means .1, .3, problem means .2, .2, residuals +-.1, so MS_S = 2 (.01 + .01) = .04,
+    # MS_P = 0, MS_E = .04: Var = MS_S / 4 = .01 on 1 df, as the paired t of (.1, .3)
+    ci = crossed_interval(np.array([[0.0, 0.2], [0.4, 0.2]]), np.zeros((2, 2)))
+    assert (ci.mean, ci.se, ci.df) == (pytest.approx(0.2), pytest.approx(0.1), pytest.approx(1.0))
+    assert (ci.se, ci.df) == (pytest.approx(paired_ci([0.1, 0.3], [0.0, 0.0]).se), 1)
     assert crossed_interval(np.zeros((1, 3)), np.zeros((1, 3))) is None  # one seed: no interval
-    assert not crossed_interval(np.ones((2, 2)), np.zeros((2, 2))).tested  # no spread at all: no test
+    # the seeds tied and no problem effect (MS_S = MS_P = 0, MS_E = .04): no test, as the paired t's tie
+    assert not crossed_interval(np.array([[0.0, 0.2], [0.2, 0.0]]), np.zeros((2, 2))).tested
 
 
 def test_the_crossed_interval_covers_new_problems_and_the_paired_t_does_not():
