@@ -107,8 +107,10 @@ def crossed_table(diffs: list[Difference]) -> pd.DataFrame:
 
 def noise_text(arms: list[Arm]) -> str:
     middle, final, step_s = _cost(arms)
-    cost = (f"An intermediate held-out eval took {middle:.3g} s on average and the final one (its k in the tables) "
-            f"{final:.3g} s (sampled and greedy), against {step_s:.3g} s per training step." if not math.isnan(final)
+    before = (f"An intermediate held-out eval took {middle:.3g} s on average and the final one"
+              if not math.isnan(middle) else "The final held-out eval")
+    cost = (f"{before} (its k in the tables) {final:.3g} s (sampled and greedy), against {step_s:.3g} s per "
+            "training step." if not math.isnan(final)
             else "The runs did not record their eval's cost (time/eval_s).")
     return ("Where the noise of final held-out accuracy comes from: its variance across the seeds of an arm is the "
             "eval's own sampling (k samples on each problem; from one sample only an upper bound is known) plus "
