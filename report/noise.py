@@ -111,7 +111,8 @@ def noise_text(arms: list[Arm]) -> str:
               if not math.isnan(middle) else "The final held-out eval")
     cost = (f"{before} (its k in the tables) {final:.3g} s (sampled and greedy), against {step_s:.3g} s per "
             "training step." if not math.isnan(final)
-            else "The runs did not record their eval's cost (time/eval_s).")
+            else "The eval's cost is not shown: the runs recorded none (time/eval_s), or ran under a load that "
+                 "makes their times measure the machine (said above).")
     return ("Where the noise of final held-out accuracy comes from: its variance across the seeds of an arm is the "
             "eval's own sampling (k samples on each problem; from one sample only an upper bound is known) plus "
             "training seed (the rest). More samples per problem at the final eval (train.final_eval_k) shrink the "
