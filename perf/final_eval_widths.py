@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from gspo.report.arms import group_arms
-from gspo.report.heldout import crossed_interval, final_outcomes, paired_split
+from gspo.report.heldout import crossed_interval, final_outcomes, new_problems_interval, paired_split
 from gspo.report.runs import load_runs
 from gspo.report.stats import paired_ci
 
@@ -47,12 +47,13 @@ def main() -> None:
             ks = [(_first(a, k), _first(b, k)) for a, b in pairs]
             t = paired_ci([a.accuracy for a, _ in ks], [b.accuracy for _, b in ks])
             split = paired_split(ks)
-            crossed = crossed_interval(np.stack([a.per_problem for a, _ in ks]), np.stack([b.per_problem for _, b in ks]))
+            per = (np.stack([a.per_problem for a, _ in ks]), np.stack([b.per_problem for _, b in ks]))
+            crossed, (page, how) = crossed_interval(*per), new_problems_interval(*per)
             print(f"{arm.label} - {base.label} at k={k:>2} ({len(ks)} seeds): {t.mean:+.4f}, paired t {t.low:+.4f} to "
                   f"{t.high:+.4f} (half-width {(t.high - t.low) / 2:.4f}); eval share of variance {split.eval_share:.2f} "
                   f"(shared draws sd {split.eval ** 0.5:.4f}, as independent {split.independent ** 0.5:.4f}); crossed "
                   f"{crossed.low:+.4f} to {crossed.high:+.4f} (half-width {(crossed.high - crossed.low) / 2:.4f}, "
-                  f"df {crossed.df:.1f})")
+                  f"df {crossed.df:.1f}); the page's over new problems: {how}, half-width {(page.high - page.low) / 2:.4f}")
 
 
 if __name__ == "__main__":

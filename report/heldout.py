@@ -34,7 +34,7 @@ import scipy.stats as sps
 
 import gspo.algos.metrics as M
 from gspo.report.runs import Run
-from gspo.report.stats import Interval, clip_to
+from gspo.report.stats import Interval, clip_to, paired_ci
 from gspo.trainer.run.rundir import read_jsonl_lines
 
 BOOTSTRAP = 4000  # draws of the two-level bootstrap
@@ -219,6 +219,20 @@ def crossed_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> Inter
     se = math.sqrt(combo / (s * p))
     half = float(sps.t.ppf(0.5 + level / 2, df)) * se
     return clip_to(Interval(mean, mean - half, mean + half, s, se=se, df=df), (-1.0, 1.0))
+
+
+def new_problems_interval(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[Interval, str] | None:
+    """The interval a page gives for new problems: the crossed interval, or the paired t over seeds where that is
+    wider ("crossed" or "paired t"). The crossed one's variance is never below the paired t's, but its
+    Satterthwaite df can exceed the seeds' S - 1 and make it narrower: a claim about new problems narrower than
+    the one about these problems would say more about what was not measured."""
+    crossed = crossed_interval(a, b, level)
+    if crossed is None:
+        return None
+    paired = paired_ci(list(np.asarray(a, float).mean(axis=1)), list(np.asarray(b, float).mean(axis=1)))
+    if paired.tested and (not crossed.tested or paired.at(level).high - paired.at(level).low > crossed.high - crossed.low):
+        return clip_to(paired.at(level), (-1.0, 1.0)), "paired t"
+    return crossed, "crossed"
 
 
 def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, draws: int = BOOTSTRAP, seed: int = 0,

@@ -20,7 +20,7 @@ import pandas as pd
 
 import gspo.algos.metrics as M
 from gspo.report.arms import Arm
-from gspo.report.heldout import Outcomes, crossed_interval, decompose, final_outcomes, paired_split
+from gspo.report.heldout import Outcomes, decompose, final_outcomes, new_problems_interval, paired_split
 from gspo.report.stats import clip_to, mean_ci
 from gspo.report.tables import PAIRED, Difference, Headline, arm_values, informative, run_value
 
@@ -90,18 +90,21 @@ def paired_noise_table(diffs: list[Difference]) -> pd.DataFrame:
 
 def crossed_table(diffs: list[Difference]) -> pd.DataFrame:
     """Each paired difference of held-out accuracy with its paired t interval (new seeds, these problems) and its
-    crossed-design interval (new seeds and new problems: heldout.crossed_interval)."""
+    interval over new problems too (heldout.new_problems_interval: the crossed design's, or the paired t's where
+    that is wider), saying which and at what degrees of freedom."""
     rows = []
     for d in diffs:
         pairs = _final_pairs(d)
         if not pairs or len({len(a.correct) for pair in pairs for a in pair}) != 1:
             continue
-        crossed = crossed_interval(np.stack([a.per_problem for a, _ in pairs]), np.stack([b.per_problem for _, b in pairs]))
-        if crossed is None:
+        found = new_problems_interval(np.stack([a.per_problem for a, _ in pairs]),
+                                      np.stack([b.per_problem for _, b in pairs]))
+        if found is None:
             continue
+        ci, how = found
         rows.append({"difference": f"{d.arm.label} - {d.base.label}", "mean": d.ci.mean, "paired t low": d.ci.low,
-                     "paired t high": d.ci.high, "crossed low": crossed.low if crossed.tested else math.nan,
-                     "crossed high": crossed.high if crossed.tested else math.nan, "crossed df": crossed.df})
+                     "paired t high": d.ci.high, "new problems low": ci.low if ci.tested else math.nan,
+                     "new problems high": ci.high if ci.tested else math.nan, "from": how, "df": ci.df})
     return pd.DataFrame(rows)
 
 
@@ -121,9 +124,9 @@ def noise_text(arms: list[Arm]) -> str:
             "random numbers, which cancel part of the difference's eval noise (eval draws 'shared', from the "
             "per-sample rewards the runs recorded; 'as independent' where they did not), and the half-widths say "
             "how much of its interval a larger eval could remove (exact eval) and what the rest, training seed, "
-            "leaves. The paired t covers new seeds on these problems; the crossed interval (seeds and problems "
-            "as crossed random effects) also covers new problems, with the arm x problem effect a new problem "
-            "set draws anew.")
+            "leaves. The paired t covers new seeds on these problems; the new-problems interval also covers new "
+            "problems: the crossed design's (seeds and problems as crossed random effects, with the arm x problem "
+            "effect a new problem set draws anew), or the paired t's where that is wider ('from').")
 
 
 def which_objective(arms: list[Arm], head: Headline, diffs: list[Difference], mechanism: str) -> pd.DataFrame:
