@@ -32,6 +32,9 @@ def report_cmd(
     effect: float = typer.Option(VerdictConfig.effect, "--effect", help="The smallest effect of interest of a "
                                  "score (held-out accuracy, reward), in its own units: equivalence within +-effect "
                                  "and the seeds per arm that would resolve it (verdict.effect of gspo compare)."),
+    primary: str = typer.Option(None, "--primary", help="The page's one primary score, a metric the runs logged "
+                                "(reward/mean); the verdict tests only its comparisons, the other scores are "
+                                "exploratory (verdict.metric of gspo compare). Default: held-out accuracy."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds; arms that share their
@@ -54,8 +57,10 @@ def report_cmd(
     if out is None:
         one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
-    command = f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
-    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect}
+    command = (f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
+               + (f" --primary {primary}" if primary else ""))
+    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect,
+              "primary": primary}
     if not separate:
         kwargs |= rounds
         print_report(write_report(paths, out, **kwargs))

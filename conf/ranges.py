@@ -28,6 +28,7 @@ RULES: dict[str, tuple] = {
     "train.warmup_steps": _NONNEG, "train.weight_decay": _NONNEG, "train.adam_betas": (0, 1, False),
     "train.max_grad_norm": _POS, "train.eval_every": _NONNEG, "train.save_every": _NONNEG,
     "train.keep_checkpoints": _NONNEG, "train.logprob_chunk": _ONE, "train.eval_k": _ONE,
+    "train.final_eval_k": _ONE,
     "rollout.temperature": _POS, "rollout.top_p": (0, 1, True), "rollout.max_new_tokens": _ONE,
     "rollout.batch_size": _ONE, "rollout.gpu_memory_utilization": (0, 1, True),
     "rollout.tensor_parallel_size": _ONE, "rollout.max_draws": _ONE, "rollout.overlong_buffer": (0, 1, False),

@@ -23,8 +23,8 @@ from gspo.conf.schema import Config
 from gspo.vocab.choices import LrSchedule
 
 # Keys (or whole groups) a resume command may change: none of them changes the trajectory of the run.
-EXTENDS = ("train.steps", "train.eval_every", "train.eval_greedy", "train.save_every", "train.keep_checkpoints",
-           "train.past_stop", "eval", "logger", "resume", "run_id", "output_dir")
+EXTENDS = ("train.steps", "train.eval_every", "train.eval_greedy", "train.final_eval_k", "train.save_every",
+           "train.keep_checkpoints", "train.past_stop", "eval", "logger", "resume", "run_id", "output_dir")
 # What `gspo eval eval.run=<dir>` may set over the run's own config: how to evaluate, not what was trained.
 EVAL_SETS = ("eval", "rollout", "logger", "seed", "device")
 _FALSE = ("false", "no", "0", "off")

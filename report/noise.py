@@ -2,10 +2,13 @@
 with more than two arms, the "which objective" table.
 
 The split per arm is report/heldout.decompose: the variance of the final held-out accuracy across seeds, the
-part the eval's own sampling explains (k samples on n problems), and the rest, training seed. Beside it the
-two-level paired bootstrap of each difference (seeds, then problems within seeds): the interval that also
-generalises over new eval problems. The eval's cost is the runs' time/eval_s (the held-out task eval at the
-final step, sampled and greedy) against their mean training step.
+part the eval's own sampling explains (k samples on n problems), and the rest, training seed. The split of each
+paired difference is report/heldout.paired_split: the verdict's interval is about d_s = acc_a - acc_b, whose eval
+noise the arms' shared random numbers partly cancel, so its table says how much of the interval's width is eval
+sampling (what a larger train.final_eval_k buys) and how much training seed (what only seeds buy). Beside the
+paired t, which covers new seeds on these problems, the crossed-design interval (heldout.crossed_interval) covers
+new seeds and new problems. The eval's cost is the runs' time/eval_s (the held-out task eval, sampled and
+greedy): the intermediate evals' and the final one's apart, against their mean training step.
 """
 
 from __future__ import annotations
@@ -17,19 +20,24 @@ import pandas as pd
 
 import gspo.vocab.metrics as M
 from gspo.report.arms import Arm
-from gspo.report.heldout import decompose, final_outcomes, paired_bootstrap
+from gspo.report.heldout import Outcomes, decompose, final_outcomes, new_problems_interval, paired_split
 from gspo.report.stats import clip_to, mean_ci
 from gspo.report.tables import PAIRED, Difference, Headline, arm_values, informative, run_value
 
 EVAL_S = M.TIME_PHASE.format("eval")
 
 
-def _cost(arms: list[Arm]) -> tuple[float, float]:
-    """(mean seconds of one held-out eval, mean seconds of one training step) over the runs."""
-    evals = [v for a in arms for r in a.runs if EVAL_S in r.metrics for v in r.metrics[EVAL_S].dropna()]
+def _cost(arms: list[Arm]) -> tuple[float, float, float]:
+    """(mean seconds of an intermediate held-out eval, of the final one, of one training step) over the runs."""
+    middle, final = [], []
+    for r in (r for a in arms for r in a.runs if EVAL_S in r.metrics):
+        times = list(r.metrics[EVAL_S].dropna())
+        final += times[-1:]
+        middle += times[:-1]
     steps = [run_value(r, M.TIME_STEP, "mean") for a in arms for r in a.runs]
     steps = [s for s in steps if not math.isnan(s)]
-    return (float(np.mean(evals)) if evals else math.nan, float(np.mean(steps)) if steps else math.nan)
+    return (float(np.mean(middle)) if middle else math.nan, float(np.mean(final)) if final else math.nan,
+            float(np.mean(steps)) if steps else math.nan)
 
 
 def split_table(arms: list[Arm], head: Headline) -> pd.DataFrame:
@@ -49,34 +57,76 @@ def split_table(arms: list[Arm], head: Headline) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def bootstrap_table(diffs: list[Difference]) -> pd.DataFrame:
-    """Each paired difference of held-out accuracy with its two-level paired bootstrap interval."""
+def _final_pairs(d: Difference) -> list[tuple[Outcomes, Outcomes]] | None:
+    """(arm, baseline) final held-out outcomes of each seed of a paired difference; None where one is missing."""
+    if d.method != PAIRED:
+        return None
+    arm_by_seed = {r.config.get("seed"): r for r in d.arm.runs}
+    pairs = [(final_outcomes(arm_by_seed[r.config.get("seed")], d.head.metric), final_outcomes(r, d.head.metric))
+             for r in d.base.runs]
+    return None if any(a is None or b is None for a, b in pairs) else pairs
+
+
+def paired_noise_table(diffs: list[Difference]) -> pd.DataFrame:
+    """Per paired difference: the sd of d_s across seeds, its eval-sampling part (the arms' shared draws where the
+    runs recorded each sample, else as if independent) and its training-seed part, the eval's share of the
+    variance, and the paired t interval's half-width as measured, with an exact eval and at 4x the samples."""
     rows = []
     for d in diffs:
-        if d.method != PAIRED:
+        pairs = _final_pairs(d)
+        split = paired_split(pairs) if pairs else None
+        if split is None:
             continue
-        arm_by_seed = {r.config.get("seed"): r for r in d.arm.runs}
-        pairs = [(arm_by_seed[r.config.get("seed")], r) for r in d.base.runs]
-        outs = [(final_outcomes(a, d.head.metric), final_outcomes(b, d.head.metric)) for a, b in pairs]
-        if any(a is None or b is None for a, b in outs):
+        draws = "shared" if split.shared else "as independent" + (" (at most)" if split.bound else "")
+        rows.append({"difference": f"{d.arm.label} - {d.base.label}", "k": split.k, "seeds": split.n_seeds,
+                     "sd across seeds": math.sqrt(split.total), "eval draws": draws,
+                     "eval sampling sd": math.sqrt(split.eval), "eval sd, draws independent": math.sqrt(split.independent),
+                     "training seed sd": math.sqrt(split.seed), "eval share of variance": split.eval_share,
+                     "95% CI half-width": (d.ci.high - d.ci.low) / 2 if d.ci.how == "t" else math.nan,
+                     "half-width, exact eval": split.half_width(0.0),
+                     f"half-width at k={4 * split.k}": split.half_width(0.25)})
+    return pd.DataFrame(rows)
+
+
+def crossed_table(diffs: list[Difference]) -> pd.DataFrame:
+    """Each paired difference of held-out accuracy with its paired t interval (new seeds, these problems) and its
+    interval over new problems too (heldout.new_problems_interval: the crossed design's, or the paired t's where
+    that is wider), saying which and at what degrees of freedom."""
+    rows = []
+    for d in diffs:
+        pairs = _final_pairs(d)
+        if not pairs or len({len(a.correct) for pair in pairs for a in pair}) != 1:
             continue
-        mean, low, high = paired_bootstrap(np.stack([a.per_problem for a, _ in outs]),
-                                           np.stack([b.per_problem for _, b in outs]))
-        rows.append({"difference": f"{d.arm.label} - {d.base.label}", "mean": mean, "paired t low": d.ci.low,
-                     "paired t high": d.ci.high, "bootstrap low": low, "bootstrap high": high})
+        found = new_problems_interval(np.stack([a.per_problem for a, _ in pairs]),
+                                      np.stack([b.per_problem for _, b in pairs]))
+        if found is None:
+            continue
+        ci, how = found
+        rows.append({"difference": f"{d.arm.label} - {d.base.label}", "mean": d.ci.mean, "paired t low": d.ci.low,
+                     "paired t high": d.ci.high, "new problems low": ci.low if ci.tested else math.nan,
+                     "new problems high": ci.high if ci.tested else math.nan, "from": how, "df": ci.df})
     return pd.DataFrame(rows)
 
 
 def noise_text(arms: list[Arm]) -> str:
-    eval_s, step_s = _cost(arms)
-    cost = (f"One held-out eval took {eval_s:.3g} s on average (sampled and greedy), against {step_s:.3g} s per "
-            "training step." if not math.isnan(eval_s) else "The runs did not record their eval's cost (time/eval_s).")
+    middle, final, step_s = _cost(arms)
+    before = (f"An intermediate held-out eval took {middle:.3g} s on average and the final one"
+              if not math.isnan(middle) else "The final held-out eval")
+    cost = (f"{before} (its k in the tables) {final:.3g} s (sampled and greedy), against {step_s:.3g} s per "
+            "training step." if not math.isnan(final)
+            else "The eval's cost is not shown: the runs recorded none (time/eval_s), or ran under a load that "
+                 "makes their times measure the machine (said above).")
     return ("Where the noise of final held-out accuracy comes from: its variance across the seeds of an arm is the "
             "eval's own sampling (k samples on each problem; from one sample only an upper bound is known) plus "
-            "training seed (the rest). More samples per problem (train.eval_k) shrink the first as 1/k at the cost "
-            f"of generation only; more seeds shrink both. {cost} The bootstrap table resamples seeds, then problems "
-            "within seeds: its interval also covers new eval problems, where the paired t covers new seeds on "
-            "these problems.")
+            "training seed (the rest). More samples per problem at the final eval (train.final_eval_k) shrink the "
+            f"first as 1/k at the cost of generation only; more seeds shrink both. {cost} The verdict is about the "
+            "paired difference, so its split is given too: runs of one seed draw each eval sample from the same "
+            "random numbers, which cancel part of the difference's eval noise (eval draws 'shared', from the "
+            "per-sample rewards the runs recorded; 'as independent' where they did not), and the half-widths say "
+            "how much of its interval a larger eval could remove (exact eval) and what the rest, training seed, "
+            "leaves. The paired t covers new seeds on these problems; the new-problems interval also covers new "
+            "problems: the crossed design's (seeds and problems as crossed random effects, with the arm x problem "
+            "effect a new problem set draws anew), or the paired t's where that is wider ('from').")
 
 
 def which_objective(arms: list[Arm], head: Headline, diffs: list[Difference], mechanism: str) -> pd.DataFrame:

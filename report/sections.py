@@ -13,7 +13,7 @@ import pandas as pd
 
 import gspo.vocab.metrics as M
 from gspo.report.arms import Arm, differing_keys, shared_config
-from gspo.report.noise import bootstrap_table, noise_text, split_table
+from gspo.report.noise import crossed_table, noise_text, paired_noise_table, split_table
 from gspo.report.page import Block
 from gspo.report.runs import Run
 from gspo.report.tables import (
@@ -116,8 +116,9 @@ def cards(page: Page) -> list[Block]:
 
 
 def noise(page: Page) -> list[Block]:
-    """Held-out accuracy: the variance split (eval sampling vs training seed), the eval's cost, and the two-level
-    paired bootstrap of each difference; nothing when the runs did not record per-problem outcomes."""
+    """Held-out accuracy: the variance split (eval sampling vs training seed) per arm and per paired difference,
+    the eval's cost, and each difference's crossed-design interval (new seeds and new problems); nothing when the
+    runs did not record per-problem outcomes."""
     arms, heads, diffs = page.arms, page.heads, page.diffs
     held = [h for h in heads if M.EVAL.matches(h.metric) and h.metric.endswith("/" + M.EVAL_ACCURACY)]
     if not held:
@@ -127,9 +128,9 @@ def noise(page: Page) -> list[Block]:
         return []
     blocks = [Block("h2", "Held-out accuracy: noise and cost"), Block("p", noise_text(arms)),
               Block("table", table=split, id="noise")]
-    boot = bootstrap_table(diffs.get(held[0].metric, []))
-    if len(boot):
-        blocks.append(Block("table", table=boot))
+    for table in (paired_noise_table(diffs.get(held[0].metric, [])), crossed_table(diffs.get(held[0].metric, []))):
+        if len(table):
+            blocks.append(Block("table", table=table))
     return blocks
 
 

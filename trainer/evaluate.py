@@ -35,7 +35,10 @@ class TaskEval:
     the engine's temperature; accuracy_greedy), and per problem, in the order of the task's eval items, how
     many of its k samples were right (`correct`) and whether the greedy answer was (`correct_greedy`): what a
     report needs to pair two runs by problem and to split the accuracy's variance into eval sampling and
-    training seed. `problems`: a fingerprint of the problems (prompts and answers), equal for equal sets."""
+    training seed. `problems`: a fingerprint of the problems (prompts and answers), equal for equal sets.
+    `outcomes` [n problems][k]: each sample's reward (1 right, 0 wrong; partial credit by its value), sample j
+    of problem i drawn with the eval seed + i * k + j, so two runs of one seed, step and k draw sample (i, j)
+    from the same uniforms (common random numbers: a report pairs their difference sample by sample)."""
 
     metrics: dict[str, float]
     k: int
@@ -43,6 +46,7 @@ class TaskEval:
     correct_greedy: list[int] | None
     problems: str
     seconds: float  # generating and grading, sampled and greedy
+    outcomes: list[list[float]] | None = None
 
 
 def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, greedy: bool = True,
@@ -53,8 +57,11 @@ def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, gr
     golds = [it.gold for it in task.eval_items]
     texts = engine.generate([p for p in prompts for _ in range(k)], seed=seed).texts
     right = task.rewards(texts, [g for g in golds for _ in range(k)])
-    # [n problems]: samples right out of k (a reward of 1 is right; partial credit counts by its value)
-    correct = [int(round(sum(right[i * k:(i + 1) * k]))) for i in range(len(golds))]
+    # [n problems][k] per-sample rewards, ints where whole (the file stays compact); [n problems]: samples
+    # right out of k (a reward of 1 is right; partial credit counts by its value)
+    outcomes = [[int(r) if float(r).is_integer() else float(r) for r in right[i * k:(i + 1) * k]]
+                for i in range(len(golds))]
+    correct = [int(round(sum(o))) for o in outcomes]
     metrics = {"accuracy": sum(right) / max(1, len(right))}
     correct_greedy = None
     if greedy:
@@ -62,7 +69,7 @@ def eval_task(engine: HFEngine, task: Task, prompts: list[str], *, seed: int, gr
         correct_greedy = [int(round(r)) for r in right_greedy]
         metrics["accuracy_greedy"] = sum(right_greedy) / max(1, len(golds))
     return TaskEval(metrics, k, correct, correct_greedy, problems_fingerprint(prompts, golds),
-                    time.perf_counter() - start)
+                    time.perf_counter() - start, outcomes)
 
 
 def problems_fingerprint(prompts: list[str], golds: list[str]) -> str:
@@ -87,10 +94,12 @@ def task_eval_rows(name: str, result: TaskEval, *, temperature: float, **setting
     """The held-out task eval in the benchmark vocabulary: its sampled accuracy is pass@1 at the training
     temperature estimated from k samples per problem (avg@k), its greedy accuracy pass@1 at temperature 0
     (metrics.jsonl keeps accuracy/accuracy_greedy). Each row carries its per-problem outcomes (`correct`:
-    samples right of k, per problem) and the problems' fingerprint (`problems`), for a paired report."""
+    samples right of k, per problem) and the problems' fingerprint (`problems`), for a paired report; the
+    sampled row also each sample's reward (`outcomes`, [n problems][k], in draw order: TaskEval)."""
     per = {"problems": result.problems}
+    sampled = {"outcomes": result.outcomes} if result.outcomes is not None else {}
     rows = eval_rows(name, {"pass@1": result.metrics["accuracy"]}, k=result.k, temperature=temperature,
-                     **settings, **per, correct=result.correct)
+                     **settings, **per, correct=result.correct, **sampled)
     if result.correct_greedy is not None:
         rows += eval_rows(name, {"pass@1": result.metrics["accuracy_greedy"]}, k=1, temperature=0.0, **settings,
                           **per, correct=result.correct_greedy)

@@ -232,7 +232,7 @@ def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int,
         say = bar.wrap(log)
         if start == 0 and evaluates:
             bar.phase("eval at step 0")
-            row0 = _evaluate(cfg, ctx.engine, task, benches, 0, loggers, say)
+            row0 = _evaluate(cfg, ctx.engine, task, benches, 0, loggers, say, final=cfg.train.steps == 0)
             loggers.metrics(0, row0)
             _watch(collapse, cfg, run, 0, row0, say)
         for step in range(start + 1, cfg.train.steps + 1):
@@ -245,11 +245,14 @@ def _steps(cfg, run: RunDir, ctx: StepContext, work: tuple, loggers, start: int,
             evaluated = evaluates and (last or bool(cfg.train.eval_every and step % cfg.train.eval_every == 0))
             if evaluated:
                 bar.phase(f"eval at step {step}")
-                row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say)
+                row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say, final=last)
             stop = distributed.broadcast(world.main and _watch(collapse, cfg, run, step, row, say), world)
-            if stop and evaluates and not evaluated:  # a run stopped early ends with an eval: its final is final
+            # a run stopped early ends with a final eval; when the rule read the step's intermediate one, the
+            # held-out task is evaluated again at final_eval_k (a second row of the step, the last, which the
+            # report reads) and the benchmarks are not
+            if stop and evaluates and not last and (not evaluated or cfg.train.final_eval_k != cfg.train.eval_k):
                 bar.phase(f"eval at step {step} (stopped early)")
-                row |= _evaluate(cfg, ctx.engine, task, benches, step, loggers, say)
+                row |= _evaluate(cfg, ctx.engine, task, [] if evaluated else benches, step, loggers, say, final=True)
             loggers.metrics(step, row)
             last = last or stop
             if last or (cfg.train.save_every and step % cfg.train.save_every == 0):
@@ -419,12 +422,13 @@ def _samples(step, prompts, rollout: Rollout, rewards, golds, k: int, grader: st
     ]
 
 
-def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Loggers, log) -> dict:
-    """Held-out accuracy of the task (sampled at the training temperature, and greedy), then any
-    configured benchmarks (`eval.benches`) through the same function as `gspo eval`."""
+def _evaluate(cfg, engine, task: Task, benches: list, step: int, loggers: Loggers, log, *, final: bool) -> dict:
+    """Held-out accuracy of the task (sampled at the training temperature, train.eval_k samples per problem, or
+    train.final_eval_k at the run's last eval, the one a report reads; and greedy), then any configured
+    benchmarks (`eval.benches`) through the same function as `gspo eval`."""
     prompts = format_prompts(engine.tokenizer, task.eval_items, chat=cfg.model.chat_template)
     held_out = eval_task(engine, task, prompts, seed=step_seed(cfg.seed, step, "eval"), greedy=cfg.train.eval_greedy,
-                         k=cfg.train.eval_k)
+                         k=cfg.train.final_eval_k if final else cfg.train.eval_k)
     loggers.evals(task_eval_rows(task.name, held_out, temperature=cfg.rollout.temperature, n_problems=len(prompts),
                                  max_new_tokens=cfg.rollout.max_new_tokens, step=step, model=cfg.model.name,
                                  top_p=cfg.rollout.top_p, source="train"))

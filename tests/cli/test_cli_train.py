@@ -71,10 +71,12 @@ def test_two_step_run_directory(finished_run):
     accuracy = {(e["step"], e["metric"], e["temperature"]): e["value"] for e in evals if e["benchmark"] == "arith"}
     assert accuracy[(0, "pass@1", 1.0)] == rows[0][EVAL] and accuracy[(2, "pass@1", 1.0)] == rows[2][EVAL]
     assert accuracy[(2, "pass@1", 0.0)] == rows[2][EVAL.replace("accuracy", "accuracy_greedy")]
-    assert all((e["k"], e["top_p"], e["max_new_tokens"]) == (1, 1.0, 16) for e in evals)
+    assert all((e["top_p"], e["max_new_tokens"]) == (1.0, 16) for e in evals)
+    # k samples per problem: train.eval_k = 1, but train.final_eval_k = 16 at the final step's sampled eval
+    assert [(e["step"], e["temperature"], e["k"]) for e in evals] == [(0, 1.0, 1), (0, 0.0, 1), (2, 1.0, 16), (2, 0.0, 1)]
     assert {e["n_problems"] for e in evals} == {8}  # task.eval_size
-    # per problem, the samples right (of k = 1) and the problems' fingerprint, what a paired report reads
-    assert all(len(e["correct"]) == 8 and sum(e["correct"]) / 8 == e["value"] for e in evals)
+    # per problem, the samples right (of k) and the problems' fingerprint, what a paired report reads
+    assert all(len(e["correct"]) == 8 and sum(e["correct"]) / (8 * e["k"]) == e["value"] for e in evals)
     assert len({e["problems"] for e in evals}) == 1
     assert [("time/eval_s" in r) for r in rows] == [True, False, True] and rows[0]["time/eval_s"] > 0
 
@@ -150,7 +152,9 @@ def _status(run: Path) -> dict:
 
 
 def test_resume_continues_like_an_uninterrupted_run(gspo, tmp_path):
-    common = (f"seed={LEARNING_SEED}", "train.eval_every=1")  # eval every step: the same rows either way
+    # eval every step: the same rows either way, with the final eval's k the intermediate one's (step 2 is the
+    # first run's final eval and the straight run's intermediate one)
+    common = (f"seed={LEARNING_SEED}", "train.eval_every=1", "train.final_eval_k=1")
     first = gspo.train(tmp_path, "r", *common, "train.steps=2", "train.save_every=1")
     assert sorted(p.name for p in (first / "checkpoints").iterdir()) == ["latest", "step_000001", "step_000002"]
     resumed = gspo.train(tmp_path, "r", *common, "train.steps=3", "resume=true")

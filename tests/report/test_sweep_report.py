@@ -217,7 +217,8 @@ def test_eval_rows_say_how_they_were_made_and_grade_reads_our_own_files(gspo, sw
     assert [(r["step"], r["temperature"]) for r in training] == [(0, 1.0), (0, 0.0), (2, 1.0), (2, 0.0)]
     assert {r["metric"] for r in training} == {"pass@1"} and {r["metric"] for r in evaluated} == {"pass@1", "avg@1"}
     assert {r["source"] for r in training} == {"train"} and {r["source"] for r in evaluated} == {"gspo eval"}
-    assert all((r["top_p"], r["max_new_tokens"], r["k"]) == (1.0, 16, 1) for r in training)
+    assert all((r["top_p"], r["max_new_tokens"]) == (1.0, 16) for r in training)
+    assert [r["k"] for r in training] == [1, 1, 16, 1]  # train.final_eval_k at the final step's sampled eval
     assert all((r["temperature"], r["top_p"], r["max_new_tokens"], r["k"]) == (0.0, 1.0, 12, 1) for r in evaluated)
     for name, n in (("samples.jsonl", 2 * 4), ("eval_samples.jsonl", 8)):  # samples_per_step x steps; eval_size
         result = gspo.invoke("grade", "math", str(run / name))

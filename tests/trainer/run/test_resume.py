@@ -207,3 +207,53 @@ def test_killed_after_the_step0_row_resumes_with_one_step0_row(gspo, tmp_path):
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1]
     assert [r["step"] for r in read_jsonl(run / "evals.jsonl")] == [0, 0, 1, 1]  # accuracy and greedy, once each
     assert [r["step"] for r in read_jsonl(run / "set-aside" / "metrics.jsonl")] == [0]  # the killed attempt's row
+
+
+PAUSE_IN_FINAL_EVAL = """
+import os, sys
+from gspo.trainer.run import loggers
+fd, real = int(sys.argv[1]), loggers.Loggers.evals
+
+def evals(self, rows, samples=()):
+    real(self, rows, samples)
+    if any(r.get("step") == 3 and r.get("temperature") for r in rows):
+        os.write(fd, b"3\\n")
+        sys.stdin.read()  # paused until the test kills this process
+
+loggers.Loggers.evals = evals
+from gspo.cli.main import main
+sys.argv = ["gspo", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_killed_during_its_final_eval_resumes_to_the_same_per_sample_record(gspo, three_steps, tmp_path):
+    """A real process SIGKILLed inside its final eval (step 3's held-out rows written, not its metrics row nor its
+    checkpoint): the resume sets the killed attempt's eval rows aside, trains step 3 again and writes its final
+    eval once, per-sample rewards and all, as the uninterrupted run did (the same draws: the eval's seed is
+    (seed, step)); the report reads them."""
+    from gspo.report.heldout import final_outcomes
+    from gspo.report.runs import load_run
+
+    run = tmp_path / "r"
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_IN_FINAL_EVAL, str(w), "train", "-q", *CKPT,
+                             "train.steps=3", f"output_dir={tmp_path}", "run_id=r"], env=gspo.env,
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        marker = pipe.readline()
+    assert marker.strip() == "3", proc.communicate()[1][-2000:]
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2] and _steps(run) == ["step_000001", "step_000002"]
+    killed = [r for r in read_jsonl(run / "evals.jsonl") if r["step"] == 3]
+    assert [len(r.get("outcomes", [])) for r in killed] == [8, 0]  # the sampled row with its samples, the greedy
+    log = _resume(gspo, run)
+    assert "resume: from step_000002" in log
+    assert without_timing(read_jsonl(run / "evals.jsonl")) == without_timing(read_jsonl(three_steps / "evals.jsonl"))
+    assert without_timing(read_jsonl(run / "set-aside" / "evals.jsonl")) == without_timing(killed)
+    final = final_outcomes(load_run(run), "eval/arith/accuracy")
+    assert (final.step, final.k) == (3, 16) and final.samples.tolist() == killed[0]["outcomes"]
