@@ -19,7 +19,8 @@ def first_line(argv: list[str]) -> str | None:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in SLOW or any(a in HELP for a in argv):
         return None
-    return f"gspo {command}: starting (loading torch and its libraries takes a few seconds)"
+    libraries = "pandas and matplotlib" if command == "report" else "torch and its libraries"  # report: no torch
+    return f"gspo {command}: starting (loading {libraries} takes a few seconds)"
 
 
 def main() -> None:
