@@ -151,7 +151,7 @@ def test_exact_mcnemar_where_the_runs_pair_by_seed(tmp_path):
         return [load_run(_status(fake_run(tmp_path, algo, s), **({"collapsed": {"step": 5, "reason": "x"}}
                                                                   if s in broke else {}))) for s in range(6)]
 
-    # the until run at 5e-4 (results/until-lr5e-4): seeds 1, 3, 5 collapsed under GRPO only
+    # the until run at 5e-4 as its previous page had it (results/until-lr5e-4 before issue 42): seeds 1, 3, 5 collapsed under GRPO only
     grpo, gspo = arm("grpo", {0, 1, 3, 4, 5}), arm("gspo", {0, 4})
     assert mcnemar_p(grpo, gspo) == (pytest.approx(0.25), 3, 0)  # 3 discordant seeds, all one way: 2 / 2^3
     assert mcnemar_p(grpo, gspo[:5]) is None  # not the same seeds: no pairing
