@@ -164,6 +164,19 @@ def test_a_checkpoint_without_its_manifest_is_not_trusted(tmp_path):
     assert run.latest_checkpoint() is None
 
 
+def _paused(gspo, script: str, marker: str, args: list[str]) -> subprocess.Popen:
+    """`gspo <args>` run under `script`, which writes `marker` to a pipe at its hook and waits on stdin; returns once
+    the marker is read (the process is paused there until the test kills it)."""
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", script, str(w), *args], env=gspo.env, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        line = pipe.readline()
+    assert line.strip() == marker, proc.communicate()[1][-2000:]
+    return proc
+
+
 PAUSE_AFTER_STEP0_ROW = """
 import os, sys
 from gspo.trainer.run import loggers
@@ -188,15 +201,8 @@ def test_killed_after_the_step0_row_resumes_with_one_step0_row(gspo, tmp_path):
     first checkpoint would come at its last step): while it lives a resume is refused; after the kill the
     resume starts over, sets the killed attempt's rows aside and logs step 0 once."""
     run = tmp_path / "r"
-    r, w = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", PAUSE_AFTER_STEP0_ROW, str(w), "train", "-q", *CKPT, "train.steps=1",
-                             "train.save_every=0", f"output_dir={tmp_path}", "run_id=r"], env=gspo.env,
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            pass_fds=(w,))
-    os.close(w)
-    with os.fdopen(r) as pipe:
-        marker = pipe.readline()
-    assert marker.strip() == "0", proc.communicate()[1][-2000:]
+    proc = _paused(gspo, PAUSE_AFTER_STEP0_ROW, "0", ["train", "-q", *CKPT, "train.steps=1", "train.save_every=0",
+                                                      f"output_dir={tmp_path}", "run_id=r"])
     live = gspo.invoke("train", f"resume={run}")
     assert isinstance(live.exception, GspoError) and "being written by another" in str(live.exception)
     proc.kill()
@@ -237,15 +243,8 @@ def test_killed_during_its_final_eval_resumes_to_the_same_per_sample_record(gspo
     from gspo.report.runs import load_run
 
     run = tmp_path / "r"
-    r, w = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-c", PAUSE_IN_FINAL_EVAL, str(w), "train", "-q", *CKPT,
-                             "train.steps=3", f"output_dir={tmp_path}", "run_id=r"], env=gspo.env,
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            pass_fds=(w,))
-    os.close(w)
-    with os.fdopen(r) as pipe:
-        marker = pipe.readline()
-    assert marker.strip() == "3", proc.communicate()[1][-2000:]
+    proc = _paused(gspo, PAUSE_IN_FINAL_EVAL, "3", ["train", "-q", *CKPT, "train.steps=3", f"output_dir={tmp_path}",
+                                                    "run_id=r"])
     proc.kill()
     proc.communicate(timeout=30)
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [0, 1, 2] and _steps(run) == ["step_000001", "step_000002"]
