@@ -24,15 +24,20 @@ def again_command(overrides: list[str]) -> str:
     return " ".join(["gspo compare", *(quote(o) for o in overrides if not o.startswith("hydra.sweep.dir="))])
 
 
+def preset_call(name: str, again: str, again_dir: Path | None = None) -> SweepCall:
+    """How `gspo compare` asks for preset `name`'s sweep: its swept keys and params, the report written by the
+    compare itself, the launcher policy free to run jobs side by side, and the command that resumes it."""
+    return SweepCall(preset_keys=swept_by(name), preset_params=sweep_params(name), report_hint=False, at_once=True,
+                     again=again, again_dir=again_dir)
+
+
 def compare(name: str, rest: list[str], verdict: VerdictConfig, overrides: list[str]) -> Report:
     """Preset `name` with the command line's other overrides `rest` (`overrides`: the whole command line, for the
     page and the resume line), then its report in <sweep>/report."""
     command = f"gspo compare {' '.join(overrides)}".strip()
     if verdict.until == Until.RESOLVED:
         return compare_until(name, rest, verdict, command, again_command(overrides))
-    call = SweepCall(preset_keys=swept_by(name), preset_params=sweep_params(name), report_hint=False, at_once=True,
-                     again=again_command(overrides))
-    sweep_dir = run_sweep([f"+sweep={name}", *rest], call)
+    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_call(name, again_command(overrides)))
     return write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
                         effect=verdict.effect, primary=verdict.metric)
 
@@ -47,8 +52,7 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
     until.check_design(outer, design)  # the design its first look was planned with, or none yet
     typer.echo(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
                f"hydra.sweep.dir={outer} resumes it", err=True)
-    call = SweepCall(preset_keys=swept_by(name), preset_params=sweep_params(name), report_hint=False, at_once=True,
-                     again=again, again_dir=outer)
+    call = preset_call(name, again, again_dir=outer)
 
     def run_round(i: int, seeds: list[int]) -> Path:
         folder = run_sweep([f"+sweep={name}", *base, f"seed={','.join(map(str, seeds))}",
