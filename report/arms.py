@@ -20,16 +20,11 @@ from dataclasses import dataclass
 from gspo.conf.resume import trajectory_neutral
 from gspo.report.comparable import check_comparable
 from gspo.report.runs import Run
-from gspo.vocab.algorithms import title
+from gspo.vocab.algorithms import title as algo_title
 
 REPLICATE_KEYS = ("seed",)
 BOOKKEEPING = ("run_id", "output_dir", "resume", "logger.", "eval.workers", "model.tiny.cache_dir")
 FIRST = ("algo.name",)
-
-
-def algo_title(name: object) -> str:
-    """An algorithm's name as its paper writes it (vocab/algorithms.py); a name gspo does not ship as it is."""
-    return title(name)
 
 
 @dataclass

@@ -28,12 +28,13 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 import gspo.vocab.metrics as M  # noqa: E402
-from gspo.report.arms import Arm, algo_title, legend_note  # noqa: E402
+from gspo.report.arms import Arm, legend_note  # noqa: E402
 from gspo.report.collapse import collapsed  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
 from gspo.report.stats import band  # noqa: E402
 from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 from gspo.trainer.run.progress import Progress  # noqa: E402
+from gspo.vocab.algorithms import title as algo_title  # noqa: E402
 
 X_LABELS = {"step": "step", "time": "wall-clock time (s)", "tokens": "generated tokens"}
 STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import gspo.report.collapse as collapse
 import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError, disk_error
 from gspo.conf.schema import VerdictConfig
@@ -36,9 +37,6 @@ from gspo.report.arms import (
     numeric_keys,
     pairs,
 )
-from gspo.report.collapse import pooled_lines
-from gspo.report.collapse import row as collapse_row
-from gspo.report.collapse import verdict as collapse_verdict
 from gspo.report.comparable import at_common_step, seeds_used
 from gspo.report.inactive import never_acted
 from gspo.report.lines import also_excluding, summary_line, verdict_line
@@ -111,7 +109,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     # an arm whose mask, filter or correction never acted is its baseline: said before any verdict on it
     verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
     verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
-    verdict += also_excluding(heads, chosen, diffs) + collapse_verdict(compared, arms) + list(rounds)
+    verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
     front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect, first)),
                           Block("list", items=tuple(verdict), id="verdict")]
     shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
@@ -265,7 +263,7 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
     rows = []
     score = next((h for h in heads if h.info.kind == SCORE), None)
     for arm in sorted(arms, key=lambda a: (str(a.values.get("algo.name", "")), a.values[key])):
-        row = {"arm": arm.label, key: arm.values[key], **collapse_row(arm, base_of.get(id(arm)))}
+        row = {"arm": arm.label, key: arm.values[key], **collapse.row(arm, base_of.get(id(arm)))}
         if score:
             row[f"{score.info.label} (final, mean)"] = mean_ci(arm_values(arm, score)).mean
         rows.append(row)
@@ -273,7 +271,7 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
              Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
                         "moving average or held-out accuracy fell far below its best, or entropy or length broke "
                         "down; trainer/run/collapse.py); p: Boschloo's exact test (two-sided) of the arm's collapsed share "
-                        "against its baseline's. " + " ".join(pooled_lines(compared)))]
+                        "against its baseline's. " + " ".join(collapse.pooled_lines(compared)))]
     placed = False
     for h in [h for h in heads if h.info.kind == SCORE][:2]:
         path = out_dir / f"sensitivity_{key.replace('.', '_')}_{h.metric.replace('/', '_')}.png"
