@@ -11,7 +11,7 @@ side is the launcher policy's (study/launch.py); `hydra/launcher=basic` runs the
 `verdict.*` settings (conf/schema.py VerdictConfig) shape the verdict, not the runs: `verdict.effect` is the
 smallest effect of interest; `verdict.until=resolved` adds seeds to every arm in rounds (`verdict.round_seeds`,
 up to `verdict.max_seeds`, or until `verdict.max_minutes`) and looks after each round with a group-sequential
-design (study/rounds.py), stopping once each comparison of the primary metric (`verdict.metric`) is resolved or
+design (study/rounds.py), stopping once each comparison of the primary metric (`verdict.primary`) is resolved or
 shown equivalent within +-effect. Each round is a sweep of its own in <dir>/round-<i>; the same command with
 hydra.sweep.dir=<dir> resumes it (finished runs are skipped, the looks recomputed).
 """

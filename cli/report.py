@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from gspo.cli.errors import user_errors
+from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.conf.verdict import check_effect
 
@@ -34,13 +35,13 @@ def report_cmd(
                                  "and the seeds per arm that would resolve it (verdict.effect of gspo compare)."),
     primary: str = typer.Option(None, "--primary", help="The page's one primary score, a metric the runs logged "
                                 "(reward/mean); the verdict tests only its comparisons, the other scores are "
-                                "exploratory (verdict.metric of gspo compare). Default: held-out accuracy."),
+                                "exploratory (verdict.primary of gspo compare). Default: held-out accuracy."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds; arms that share their
     seeds are compared seed by seed (paired t), others by Welch's interval, each verdict naming its method."""
     check_effect(effect)
-    from gspo.report import (  # pandas, matplotlib, torch: once the arguments are checked
+    from gspo.report import (  # pandas, matplotlib: once the arguments are checked
         write_groups,
         write_report,
     )
@@ -51,7 +52,11 @@ def report_cmd(
         from gspo.study.until import page
 
         folder = paths[0]
-        paths, lines, sequential = page(folder)
+        paths, lines, sequential, answered = page(folder)
+        if primary is not None and primary != answered:  # the looks' levels belong to the score the rounds answered
+            raise GspoError(f"--primary {primary}: {folder} is an until=resolved experiment whose rounds answered "
+                            f"{answered or 'held-out accuracy'}; its page's primary score is that one")
+        primary = answered
         rounds = {"rounds": lines, "sequential": sequential}
         out = out or folder / "report"
     if out is None:

@@ -18,6 +18,8 @@ PREFIX = "verdict."
 def split_verdict(overrides: list[str]) -> tuple[VerdictConfig, list[str]]:
     """(the verdict settings, the other overrides): `verdict.key=value` items typed and range-checked."""
     mine = [o for o in overrides if o.split("=", 1)[0].lstrip("+").startswith(PREFIX)]
+    if any(o.split("=", 1)[0].lstrip("+") == "verdict.metric" for o in mine):
+        raise GspoError("verdict.metric is named verdict.primary now (the page's one primary score)")
     rest = [o for o in overrides if o not in mine]
     node = OmegaConf.structured(VerdictConfig)
     try:

@@ -1,7 +1,7 @@
 """The verdict in words: one line per comparison of the page's primary score, what the other scores and the
 mechanism metrics say (exploratory, descriptive), each in words that match what was tested.
 
-One primary score per page (held-out accuracy unless `verdict.metric` names another): its comparisons are the
+One primary score per page (held-out accuracy unless `verdict.primary` names another): its comparisons are the
 confirmatory ones (Holm across them, or the group-sequential design of `verdict.until=resolved`), and only they
 are called "resolved". The other scores are exploratory: testing three scores at 95% each calls at least one
 "resolved" in 12-14% of A/A pages (issue 45), so an exploratory interval that excludes zero is a lead for the

@@ -87,7 +87,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     key curves (0 or 1: none); `effect`: the smallest effect of interest of a score; `rounds`: lines on the
     rounds of a sequential compare (verdict.until=resolved), shown under the verdict; `sequential`: metric ->
     the nominal level of its comparisons at the design's last look (their intervals are read at it); `primary`:
-    the page's one confirmatory score (verdict.metric; None: held-out accuracy)."""
+    the page's one confirmatory score (verdict.primary; None: held-out accuracy)."""
     runs, notes = load_runs(paths)
     check_comparable(runs)
     runs, common = at_common_step(runs)
@@ -189,7 +189,7 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
             "of its group): arms that share their seeds are compared seed by seed (paired t on the per-seed "
             "differences, with the exact sign-flip p beside it at small n), others by Welch's interval; each line "
             "names its method. "
-            + (f"The primary score is {first.info.label} (verdict.metric): only its comparisons are tested as "
+            + (f"The primary score is {first.info.label} (verdict.primary): only its comparisons are tested as "
                "findings; other scores are exploratory (not adjusted across scores: an interval excluding zero is a "
                "lead, not a finding) and mechanism metrics are described. " if first is not None else "")
             + "Resolved = the primary score's interval "
@@ -202,13 +202,13 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
 
 
 def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
-    """The page's one primary score: `metric` (verdict.metric), default held-out accuracy (the first score when
+    """The page's one primary score: `metric` (verdict.primary, gspo report --primary), default held-out accuracy (the first score when
     the runs have no held-out eval); a `metric` that is no score of these runs is one line."""
     scores = [h for h in heads if h.info.kind == SCORE]
     if metric is not None:
         found = next((h for h in scores if h.metric == metric), None)
         if found is None:
-            raise GspoError(f"verdict.metric={metric}: not a score these runs logged "
+            raise GspoError(f"primary score {metric}: not a score these runs logged "
                             f"({', '.join(h.metric for h in scores) or 'none'})")
         return found
     return next((h for h in scores if h.metric.endswith("/" + M.EVAL_ACCURACY)), scores[0] if scores else None)

@@ -10,11 +10,13 @@ from shlex import quote
 
 import typer
 
+from gspo.conf.compose import compose_config
+from gspo.conf.overrides import first_job
 from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.study import until
 from gspo.study.presets import sweep_params, swept_by
-from gspo.study.rounds import Look, look, preset_rounds, round_lines, run_rounds
+from gspo.study.rounds import Look, look, preset_rounds, primary, round_lines, run_rounds
 from gspo.study.sweep import SweepCall, new_stamp, run_sweep, sweep_folder
 from gspo.vocab.choices import Until
 
@@ -31,15 +33,21 @@ def preset_call(name: str, again: str, again_dir: Path | None = None) -> SweepCa
                      again=again, again_dir=again_dir)
 
 
+def task_of(name: str, rest: list[str]) -> str:
+    """The task preset `name`'s first job trains on, under the command line's overrides."""
+    return compose_config(first_job([f"+sweep={name}", *rest])).task.name
+
+
 def compare(name: str, rest: list[str], verdict: VerdictConfig, overrides: list[str]) -> Report:
     """Preset `name` with the command line's other overrides `rest` (`overrides`: the whole command line, for the
     page and the resume line), then its report in <sweep>/report."""
     command = f"gspo compare {' '.join(overrides)}".strip()
+    primary(task_of(name, rest), verdict.primary)  # a primary that is no score of the task: one line, before any run
     if verdict.until == Until.RESOLVED:
         return compare_until(name, rest, verdict, command, again_command(overrides))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_call(name, again_command(overrides)))
     return write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
-                        effect=verdict.effect, primary=verdict.metric)
+                        effect=verdict.effect, primary=verdict.primary)
 
 
 def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: str, again: str) -> Report:
@@ -61,7 +69,7 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
         return folder
 
     def look_at(dirs: list[Path], seen: list[int], final: bool) -> Look:
-        lk = look(dirs, verdict.metric, verdict.effect, seen, verdict.max_seeds, verdict.spending, final)
+        lk = look(dirs, verdict.primary, verdict.effect, seen, verdict.max_seeds, verdict.spending, final)
         until.add_look(outer, design, {"round": len(dirs), "seeds": seen[-1], "level": lk.level, "settled": lk.settled})
         return lk
 
@@ -74,4 +82,4 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
                          "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
     return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
-                        effect=verdict.effect, primary=verdict.metric, rounds=lines, sequential=sequential)
+                        effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential)

@@ -24,7 +24,7 @@ from gspo.report.arms import group_arms, pairs
 from gspo.report.runs import load_runs
 from gspo.report.sequential import Decision, decide, t_levels
 from gspo.report.stats import LEVEL
-from gspo.report.tables import Difference, Headline, difference, headlines
+from gspo.report.tables import SCORE, Difference, Headline, difference, headlines
 from gspo.vocab.choices import SPENDING_TITLES
 
 
@@ -80,13 +80,16 @@ class Look:
 
 
 def primary(task: str, metric: str | None) -> Headline:
-    """The headline the rounds answer: `metric`, default the task's held-out accuracy."""
+    """The score the verdict and the rounds answer: `metric` (verdict.primary), default the task's held-out
+    accuracy; one that is no score of the task's page (a mechanism such as a clip fraction stays descriptive) is
+    one line, said before any run starts."""
     metric = metric or M.EVAL.format(task, M.EVAL_ACCURACY)
-    for h in headlines(task):
+    scores = [h for h in headlines(task) if h.info.kind == SCORE]
+    for h in scores:
         if h.metric == metric:
             return h
-    known = ", ".join(h.metric for h in headlines(task))
-    raise GspoError(f"verdict.metric={metric}: not a headline metric of task {task} ({known})")
+    raise GspoError(f"verdict.primary={metric}: not a score of task {task}'s page "
+                    f"({', '.join(h.metric for h in scores)})")
 
 
 def look(paths: list[Path], metric: str | None, effect: float, seeds: list[int], max_seeds: int,

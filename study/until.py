@@ -29,7 +29,7 @@ from gspo.trainer.run.rundir import atomic_write_text
 from gspo.trainer.run.sweepdir import damaged_job_records
 
 RECORD = "sequential.json"
-DESIGN_VERDICT = ("max_seeds", "round_seeds", "spending", "effect", "metric")  # not max_minutes: a budget, not a plan
+DESIGN_VERDICT = ("max_seeds", "round_seeds", "spending", "effect", "primary")  # not max_minutes: a budget, not a plan
 _RUN_KEYS = ("seed", "run_id", "output_dir", "resume")  # each run's own, not the arm's
 
 
@@ -67,6 +67,8 @@ def read(outer: Path) -> dict | None:
 def check_design(outer: Path, design: dict) -> None:
     """Refuse, in one line, a command whose design differs from the one recorded at the experiment's first look."""
     was = (read(outer) or {}).get("design")
+    if was is not None and "verdict.metric" in was:  # recorded before the key was named verdict.primary
+        was = {("verdict.primary" if k == "verdict.metric" else k): v for k, v in was.items()}
     if was is None or was == design:
         return
     said = _difference(was, design)
@@ -114,13 +116,16 @@ def check_round_records(sweep_dir: Path) -> None:
                         "job's record is written again)")
 
 
-def page(outer: Path) -> tuple[list[Path], list[str], dict[str, float] | None]:
+def page(outer: Path) -> tuple[list[Path], list[str], dict[str, float] | None, str | None]:
     """For `gspo report <until folder>`: (its round folders, the page's lines on the rounds, metric -> the last
-    look's level), as the experiment's last attempt wrote them."""
+    look's level, the primary score the rounds answered: None for held-out accuracy), as the experiment's last
+    attempt wrote them."""
     record = read(outer)
     said = (record or {}).get("page")
     if not isinstance(said, dict):
         raise GspoError(f"{outer / RECORD} holds no page (an experiment not finished, or an older gspo's): run its "
                         f"gspo compare again with hydra.sweep.dir={outer} (finished runs are skipped) to write it")
     dirs = [outer / f"round-{i}" for i in range(1, len(record.get("rounds") or []) + 1)]
-    return dirs, list(said.get("lines") or []), said.get("sequential")
+    design = record.get("design") or {}
+    primary = design.get("verdict.primary", design.get("verdict.metric"))  # the key's name before verdict.primary
+    return dirs, list(said.get("lines") or []), said.get("sequential"), primary

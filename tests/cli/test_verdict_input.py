@@ -17,6 +17,12 @@ CASES = [
     ("until-typo", ["compare", "verdict.until=resolvd"], "verdict.until='resolvd'"),
     ("unknown-verdict-key", ["compare", "verdict.efect=0.1"], "verdict settings: Key 'efect' not in 'VerdictConfig'"),
     ("report-effect", ["report", "--effect", "0", "."], "verdict.effect=0.0"),
+    ("primary-a-mechanism", ["compare", "verdict.primary=clip/token_frac"],
+     "verdict.primary=clip/token_frac: not a score of task arith's page (eval/arith/accuracy, "
+     "eval/arith/accuracy_greedy, reward/mean)"),
+    ("primary-another-task", ["compare", "verdict.until=resolved", "verdict.primary=eval/math/accuracy"],
+     "verdict.primary=eval/math/accuracy: not a score of task arith's page"),
+    ("primary-old-name", ["compare", "verdict.metric=reward/mean"], "verdict.metric is named verdict.primary now"),
 ]
 
 

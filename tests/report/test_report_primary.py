@@ -1,4 +1,4 @@
-"""`gspo report --primary METRIC`: the page's one primary score, as `verdict.metric=` names it for `gspo compare`."""
+"""`gspo report --primary METRIC`: the page's one primary score, as `verdict.primary=` names it for `gspo compare`."""
 
 from __future__ import annotations
 
@@ -21,5 +21,5 @@ def test_report_primary_names_the_pages_primary_score(tmp_path):
     bad = CliRunner().invoke(app, ["report", *runs, "--out", str(tmp_path / "o2"), "--wandb", "disabled",
                                    "--primary", "clip/token_frac"], env={"COLUMNS": "200"})
     assert bad.exit_code != 0 and bad.stderr.strip().splitlines() == [
-        "error: verdict.metric=clip/token_frac: not a score these runs logged (eval/arith/accuracy, "
+        "error: primary score clip/token_frac: not a score these runs logged (eval/arith/accuracy, "
         "eval/arith/accuracy_greedy, reward/mean)"]

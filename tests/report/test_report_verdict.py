@@ -230,7 +230,7 @@ def test_a_tie_is_no_claim_and_a_cut_interval_keeps_its_test_in_the_verdict(tmp_
 
 
 def test_other_scores_are_exploratory_and_a_dynamic_sampling_reward_is_flagged(tmp_path):
-    """One primary score: the training reward's interval excluding zero is a lead, not 'resolved'; verdict.metric
+    """One primary score: the training reward's interval excluding zero is a lead, not 'resolved'; verdict.primary
     names another primary; an arm with dynamic sampling has its reward flagged as not like for like."""
 
     runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in range(3)]
@@ -246,7 +246,7 @@ def test_other_scores_are_exploratory_and_a_dynamic_sampling_reward_is_flagged(t
     as_primary = write_report(runs, tmp_path / "o2", wandb="disabled", primary="reward/mean").verdict
     assert as_primary[0].startswith("training reward [primary]: ") and any(
         v.startswith("held-out accuracy [exploratory]") for v in as_primary)
-    with pytest.raises(GspoError, match="verdict.metric=clip/token_frac: not a score these runs logged"):
+    with pytest.raises(GspoError, match="primary score clip/token_frac: not a score these runs logged"):
         write_report(runs, tmp_path / "o3", wandb="disabled", primary="clip/token_frac")
     for run in runs[3:]:
         config = yaml.safe_load((run / "config.yaml").read_text())

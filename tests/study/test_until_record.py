@@ -106,4 +106,24 @@ def test_report_of_an_until_folder_gives_its_page(stand_ins, tmp_path, monkeypat
     result = CliRunner().invoke(app, ["report", "u"])
     assert result.exit_code == 0, (result.output, result.exception)
     dirs, kw = stand_ins.report
-    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds"]
+    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds"] and kw["primary"] is None
+    _until("hydra.sweep.dir=v", "verdict.primary=reward/mean")  # the page's primary is the score the rounds answered
+    assert CliRunner().invoke(app, ["report", "v"]).exit_code == 0 and stand_ins.report[1]["primary"] == "reward/mean"
+    other = CliRunner().invoke(app, ["report", "v", "--primary", "eval/arith/accuracy"], env={"COLUMNS": "200"})
+    assert other.exit_code == 2 and other.stderr.strip().splitlines() == [
+        "error: --primary eval/arith/accuracy: v is an until=resolved experiment whose rounds answered reward/mean; "
+        "its page's primary score is that one"]
+
+
+def test_a_record_from_before_verdict_primary_resumes_and_a_changed_primary_is_refused(stand_ins, tmp_path):
+    """results/until-lr5e-4/sequential.json records `verdict.metric` (the key's name before verdict.primary): the
+    same command resumes it; naming another primary score changes the design the boundaries were planned for."""
+    _until("hydra.sweep.dir=u")
+    path = tmp_path / "u" / "sequential.json"
+    record = json.loads(path.read_text())
+    record["design"]["verdict.metric"] = record["design"].pop("verdict.primary")
+    path.write_text(json.dumps(record))
+    _until("hydra.sweep.dir=u")
+    assert len(json.loads(path.read_text())["looks"]) == 4
+    with pytest.raises(GspoError, match=r'verdict.primary=null -> "reward/mean"'):
+        _until("hydra.sweep.dir=u", "verdict.primary=reward/mean")
