@@ -40,7 +40,7 @@ from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
 from gspo.trainer.run.loggers import Loggers, check_wandb_folder
 from gspo.trainer.run.progress import Progress
-from gspo.trainer.run.rebuild import rebuild_status
+from gspo.trainer.run.rebuild import rebuild_status, replayed_detector
 from gspo.trainer.run.rundir import (
     ESTIMATOR_CARD,
     SET_ASIDE,
@@ -303,10 +303,7 @@ def _steps_text(steps: list[int]) -> str:
 
 def _collapse_detector(cfg, task: Task, run: RunDir) -> CollapseDetector:
     """A detector that has seen the run's logged rows (a resumed run continues where it was)."""
-    detector = CollapseDetector(cfg.train.collapse, EVAL.format(task.name, EVAL_ACCURACY))
-    for row in read_jsonl(run.path / "metrics.jsonl"):
-        detector.observe(row)
-    return detector
+    return replayed_detector(run, cfg, EVAL.format(task.name, EVAL_ACCURACY), read_jsonl(run.path / "metrics.jsonl"))
 
 
 def _watch(detector: CollapseDetector, cfg, run: RunDir, step: int, row: dict, log) -> bool:

@@ -39,9 +39,7 @@ def rebuild_status(run: RunDir, cfg, eval_key: str, log) -> None:
 def recovered_facts(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> dict:
     """run.json's fields as the run's files show them: status, step, collapsed, stopped, started, rebuilt."""
     last = max(r["step"] for r in rows if isinstance(r.get("step"), int))
-    detector = CollapseDetector(cfg.train.collapse, eval_key)
-    for row in sorted(rows, key=lambda r: r.get("step", 0)):
-        detector.observe(row)
+    detector = replayed_detector(run, cfg, eval_key, rows)
     facts: dict = {"step": last, "status": "finished" if last >= cfg.train.steps else "interrupted",
                    "rebuilt": "run.json was unreadable or missing: rebuilt from metrics.jsonl, evals.jsonl and checkpoints"}
     found = detector.found
@@ -61,6 +59,30 @@ def recovered_facts(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> dict:
     if started is not None:
         facts |= {"started": started.isoformat(timespec="seconds"), "started_unix": started.timestamp()}
     return facts
+
+
+def replayed_detector(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> CollapseDetector:
+    """A collapse detector that has seen the run's logged `rows` in step order as the run saw them (a resume
+    continues where it was; a rebuilt run.json finds the collapse the run found)."""
+    detector = CollapseDetector(cfg.train.collapse, eval_key)
+    watched = _watched(run, eval_key)
+    for row in sorted(rows, key=lambda r: r.get("step", 0)):
+        step = row.get("step")
+        detector.observe(row | {eval_key: watched[step]} if eval_key in row and step in watched else row)
+    return detector
+
+
+def _watched(run: RunDir, eval_key: str) -> dict[int, float]:
+    """step -> the held-out accuracy the collapse rule read at that step: the step's first sampled eval of the task
+    in evals.jsonl. A run stopped early evaluates once more at train.final_eval_k, and metrics.jsonl's row keeps
+    that final reading (the one a report reads), not the one that stopped it."""
+    task, first = eval_key.split("/")[1], {}
+    for row in read_jsonl(run.path / "evals.jsonl"):
+        step, value = row.get("step"), row.get("value")
+        if (row.get("benchmark") == task and row.get("source", "train") == "train" and row.get("temperature") != 0.0
+                and isinstance(step, int) and isinstance(value, int | float) and step not in first):
+            first[step] = float(value)
+    return first
 
 
 def _started(run: RunDir) -> datetime | None:

@@ -43,6 +43,23 @@ def test_the_collapse_stop_and_start_are_recovered_from_rows_and_checkpoints(tmp
     assert facts["started"] == "2026-01-02T03:04:05+00:00" and facts["started_unix"] == 1767323045.0
 
 
+def test_an_accuracy_collapse_is_replayed_on_the_reading_that_stopped_the_run_not_the_final_eval(tmp_path):
+    """A run stopped early evaluates again at train.final_eval_k, and metrics.jsonl's row keeps that final reading:
+    the replay reads the step's first sampled eval (evals.jsonl), the one the rule read (seen: the final reading,
+    0.30 here, above half the best, and the rebuilt run.json lost its collapse and its stop)."""
+    cfg = compose_config(["train.steps=5", "train.stop_on_collapse=true", "train.eval_every=2"])
+    rows = [{"step": 0, EVAL_KEY: 0.5}, {"step": 1}, {"step": 2, EVAL_KEY: 0.3}]
+    run = _run_with_rows(tmp_path, rows, checkpoints=(2,))
+    said = [(0, 1.0, 0.5), (0, 0.0, 0.6), (2, 1.0, 0.2), (2, 0.0, 0.3), (2, 1.0, 0.3), (2, 0.0, 0.3)]
+    (run.path / "evals.jsonl").write_text("".join(json.dumps(
+        {"benchmark": "arith", "metric": "pass@1", "value": v, "step": s, "temperature": t, "source": "train",
+         "time": "2026-01-02T03:04:05+00:00"}) + "\n" for s, t, v in said))
+    facts = recovered_facts(run, cfg, EVAL_KEY, rows)
+    assert facts["collapsed"] == {"step": 2, "reason": f"held-out accuracy collapsed: {EVAL_KEY} 0.200 after a best "
+                                                      "of 0.500"}
+    assert (facts["status"], facts["stopped"]) == ("finished", "collapse")
+
+
 def test_a_collapse_before_the_rows_end_is_no_stop_and_a_short_run_was_interrupted(tmp_path):
     cfg = compose_config(["train.steps=5"])  # stop_on_collapse off: the run trained on past the collapse
     rows = [{"step": 0}, {"step": 1, "policy/entropy": 0.001}, {"step": 2, "policy/entropy": 0.07}]
