@@ -42,7 +42,8 @@ def compare(name: str, rest: list[str], verdict: VerdictConfig, overrides: list[
     """Preset `name` with the command line's other overrides `rest` (`overrides`: the whole command line, for the
     page and the resume line), then its report in <sweep>/report."""
     command = f"gspo compare {' '.join(overrides)}".strip()
-    primary(task_of(name, rest), verdict.primary)  # a primary that is no score of the task: one line, before any run
+    if verdict.primary is not None:  # one that is no score of the task: one line, before any run
+        primary(task_of(name, rest), verdict.primary)
     if verdict.until == Until.RESOLVED:
         return compare_until(name, rest, verdict, command, again_command(overrides))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_call(name, again_command(overrides)))

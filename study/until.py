@@ -66,15 +66,21 @@ def read(outer: Path) -> dict | None:
 
 def check_design(outer: Path, design: dict) -> None:
     """Refuse, in one line, a command whose design differs from the one recorded at the experiment's first look."""
-    was = (read(outer) or {}).get("design")
-    if was is not None and "verdict.metric" in was:  # recorded before the key was named verdict.primary
-        was = {("verdict.primary" if k == "verdict.metric" else k): v for k, v in was.items()}
+    was = _design(read(outer))
     if was is None or was == design:
         return
     said = _difference(was, design)
     raise GspoError(f"{outer} is an until=resolved experiment whose design was fixed at its first look; this command "
                     f"changes it ({said}): its looks' boundaries were planned for that design, so rerun it as it was, "
                     "or start another hydra.sweep.dir=")
+
+
+def _design(record: dict | None) -> dict | None:
+    """The record's design, a record written before the key was named verdict.primary read as today's."""
+    design = (record or {}).get("design")
+    if design is None:
+        return None
+    return {("verdict.primary" if k == "verdict.metric" else k): v for k, v in design.items()}
 
 
 def _difference(was: dict, now: dict) -> str:
@@ -126,6 +132,4 @@ def page(outer: Path) -> tuple[list[Path], list[str], dict[str, float] | None, s
         raise GspoError(f"{outer / RECORD} holds no page (an experiment not finished, or an older gspo's): run its "
                         f"gspo compare again with hydra.sweep.dir={outer} (finished runs are skipped) to write it")
     dirs = [outer / f"round-{i}" for i in range(1, len(record.get("rounds") or []) + 1)]
-    design = record.get("design") or {}
-    primary = design.get("verdict.primary", design.get("verdict.metric"))  # the key's name before verdict.primary
-    return dirs, list(said.get("lines") or []), said.get("sequential"), primary
+    return dirs, list(said.get("lines") or []), said.get("sequential"), (_design(record) or {}).get("verdict.primary")
