@@ -179,6 +179,15 @@ MUTANTS += [
     Mutant("report-silent-mechanism-unsaid", "the page gives no note for an arm whose mechanism never acted",
            (("report/write.py", "verdict = common + never_acted(arms) + _verdict(", "verdict = common + _verdict("),),
            ("tests/report/test_never_acted.py",)),
+    Mutant("decode-window-off", "the static decoder attends over its whole bucket again (issue 61)",
+           (("trainer/engines/static_decode.py", "self.window = window if windowed else None", "self.window = None"),),
+           ("tests/trainer/engines/test_decode_reads.py",)),
+    Mutant("decode-compaction-off", "ended rows stay in the static decoder's batch",
+           (("trainer/engines/static_decode.py", "        if size >= self.rows:\n", "        if True:\n"),),
+           ("tests/trainer/engines/test_decode_reads.py",)),
+    Mutant("decode-seeds-stay", "compaction moves the rows but not their seeds: a row draws another row's uniforms",
+           (("trainer/engines/static_decode.py", "self.done, self.row, self.seeds):", "self.done, self.row):"),),
+           ("tests/trainer/engines/test_decode_reads.py",)),
 ]
 
 

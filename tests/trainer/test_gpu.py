@@ -114,7 +114,7 @@ def test_graph_decoding_draws_the_eager_tokens_on_cuda(temperature, top_p):
     model.cuda()
     dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 8, seed=3, max_new_tokens=40,
                                          temperature=temperature, top_p=top_p)
-    assert engine.static.graph is not None  # captured, not the eager fallback
+    assert engine.static.captured  # captured, not the eager fallback
     assert torch.equal(dynamic.input_ids, static.input_ids)
     torch.testing.assert_close(static.engine_logp, dynamic.engine_logp, rtol=0, atol=1e-5)
     with torch.no_grad():
@@ -122,9 +122,31 @@ def test_graph_decoding_draws_the_eager_tokens_on_cuda(temperature, top_p):
                                    temperature=temperature, top_p=top_p, chunk=64)
     mask = static.completion_mask.bool()
     assert (torch.exp(logp - static.engine_logp)[mask] - 1).abs().max() < 1e-5
-    graph = engine.static.graph
+    graphs = dict(engine.static.captured)
     again = engine.generate(WIDE * 8, seed=3)
-    assert engine.static.graph is graph and torch.equal(again.input_ids, static.input_ids)
+    assert torch.equal(again.input_ids, static.input_ids)
+    assert all(engine.static.captured[shape] is graph for shape, graph in graphs.items())  # replayed, not recaptured
+
+
+def test_graphs_of_growing_windows_and_compacted_batches_draw_the_eager_tokens_on_cuda():
+    """One graph per (rows, width): windows of 16 positions and batches halved down to 2 rows (issue 61) replay
+    token for token what the eager loop draws in fp32, rows ending at different tokens; a second generation
+    replays the graphs it captured."""
+    from tests.trainer.engines.test_rollout import _tiny
+    from tests.trainer.engines.test_static_decode import WIDE
+
+    model, tokenizer = _tiny()
+    model.cuda()
+    dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 8, seed=3, max_new_tokens=60, temperature=0.7,
+                                         window=16, min_rows=2)
+    assert torch.equal(dynamic.input_ids, static.input_ids)
+    torch.testing.assert_close(static.engine_logp, dynamic.engine_logp, rtol=0, atol=1e-5)
+    graphs = dict(engine.static.captured)
+    shapes = set(graphs)
+    assert len({rows for rows, _ in shapes}) >= 2 and len({width for _, width in shapes}) >= 2, shapes
+    again = engine.generate(WIDE * 8, seed=3)
+    assert torch.equal(again.input_ids, static.input_ids) and shapes <= set(engine.static.captured)
+    assert all(engine.static.captured[shape] is graph for shape, graph in graphs.items())  # replayed, not recaptured
 
 
 def _qwen3_0_6b_shape(dtype):
@@ -148,7 +170,7 @@ def test_graph_decoding_at_qwen3_0_6b_shape_same_tokens_in_fp32_and_faster_in_bf
 
     model, tokenizer = _qwen3_0_6b_shape(torch.float32)
     dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=1, max_new_tokens=32)
-    assert engine.static.graph is not None
+    assert engine.static.captured
     assert torch.equal(dynamic.input_ids, static.input_ids)
     torch.testing.assert_close(static.engine_logp, dynamic.engine_logp, rtol=0, atol=1e-4)
     model = model.to(torch.bfloat16)
@@ -179,8 +201,8 @@ def test_a_qwen3_moe_decode_step_on_cuda_draws_the_eager_tokens():
                              moe_intermediate_size=16).cuda().eval()
     dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=2, max_new_tokens=24)
     assert torch.equal(dynamic.input_ids, static.input_ids)
-    assert engine.static.graph is not None
+    assert engine.static.captured
     model.set_experts_implementation("eager")
     dynamic, static, engine = _cuda_pair(model, tokenizer, WIDE * 4, seed=2, max_new_tokens=24)
     assert torch.equal(dynamic.input_ids, static.input_ids)
-    assert engine.static.graph is None and not engine.static.graphs  # fell back, and said so
+    assert not engine.static.captured and not engine.static.graphs  # fell back, and said so

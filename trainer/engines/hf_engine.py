@@ -23,7 +23,7 @@ from gspo.trainer.engines.rollout import (
     concat_rollouts,
     eos_ids_of,
 )
-from gspo.trainer.engines.static_decode import StaticDecoder, bucket, pick
+from gspo.trainer.engines.static_decode import MIN_ROWS, WINDOW, StaticDecoder, bucket, pick
 from gspo.trainer.model.logprobs import sampling_logits
 from gspo.trainer.model.models import DTYPES
 from gspo.trainer.parallel import fsdp
@@ -62,9 +62,12 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, temperature: float, top_p: float, max_new_tokens: int,
                  batch_size: int, want_logprobs: bool = False, autocast_dtype: torch.dtype | None = None,
-                 sampler: str = "lean", record_routing: bool = False, kv_cache: str = "auto"):
+                 sampler: str = "lean", record_routing: bool = False, kv_cache: str = "auto",
+                 window: int | None = WINDOW, min_rows: int | None = MIN_ROWS):
         self.model, self.tokenizer, self.sampler = model, tokenizer, sampler
         self.kv_cache = kv_cache  # lean sampler: static, dynamic, or auto (static on CUDA); see _static_for
+        # the static cache's attention window and smallest compacted batch (None: the whole bucket, every row)
+        self.window, self.min_rows = window, min_rows
         self.static: StaticDecoder | None = None  # the last shape's buffers (and graph), reused while it fits
         self.record_routing = record_routing  # MoE, lean sampler: keep the experts each decoding forward chose (R3)
         # a sampler in lower precision than the trainer (rollout.dtype): the mismatch inference engines have
@@ -160,7 +163,8 @@ class HFEngine:
         every row has ended (one host sync per token). Under FSDP every rank decodes until all ranks' rows
         have ended (each forward is a collective), as transformers' synced_gpus does. With a fixed-shape cache
         (`_static_on`; not under FSDP, nor while recording MoE routing) a StaticDecoder draws the same tokens,
-        one CUDA graph per token on CUDA and a host sync every few tokens (static_decode.py)."""
+        one CUDA graph per token on CUDA and a host sync every few tokens, attending over the positions written so
+        far (in windows) and over the rows not yet ended (static_decode.py)."""
         greedy = sampler is None
         lockstep = fsdp.is_sharded(self.model)
         if experts is None and not lockstep and self._static_on(input_ids.device):
@@ -213,13 +217,15 @@ class HFEngine:
         else a new one (the old one's buffers dropped first, so two caches never coexist)."""
         n, width = shape
         device = next(self.model.parameters()).device
-        key = (n, bucket(width + max_new_tokens), max_new_tokens, greedy, device, tuple(self.eos_ids))
+        key = (n, bucket(width + max_new_tokens), max_new_tokens, greedy, device, tuple(self.eos_ids), self.window,
+               self.min_rows)
         if self.static is None or not self.static.fits(key, self.model):
             self.static = None
             self.static = StaticDecoder(self.model, n=n, capacity=key[1], max_new_tokens=max_new_tokens, device=device,
                                         cache_keyword=self.cache_keyword, eos_ids=self.eos_ids,
                                         pad_id=self.tokenizer.pad_token_id, temperature=self.temperature,
-                                        top_p=self.top_p, greedy=greedy, graphs=True)
+                                        top_p=self.top_p, greedy=greedy, graphs=True, window=self.window,
+                                        min_rows=self.min_rows)
         return self.static
 
 
