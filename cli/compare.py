@@ -41,11 +41,13 @@ def compare_cmd(
     overrides = list(overrides or [])
     name, rest = pick_preset(overrides)
     verdict, rest = split_verdict(rest)
-    from gspo.cli.fetch import check_offline_preset
+    from gspo.cli.fetch import check_offline_plan
+    from gspo.study.plan import make_plan
 
-    check_offline_preset(name, sweep_params(name), rest)  # offline: every hub asset its jobs lack, in one line, before a job starts
+    plan = make_plan([f"+sweep={name}", *rest], preset=name, params=sweep_params(name), verdict=verdict)  # once
+    check_offline_plan(plan, overrides)  # offline: every hub asset its jobs lack, in one line, before a job starts
     # the sweep, the trainer and the report load torch and pandas: imported once the preset and verdict are checked
     from gspo.cli.report import print_report
     from gspo.study.compare import compare
 
-    print_report(compare(name, rest, verdict, overrides))
+    print_report(compare(plan, overrides))

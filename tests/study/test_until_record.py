@@ -17,6 +17,8 @@ import pytest
 from gspo.conf.errors import GspoError
 from gspo.conf.verdict import split_verdict
 from gspo.study import compare, until
+from gspo.study.plan import make_plan
+from gspo.study.presets import sweep_params
 
 
 @pytest.fixture
@@ -24,12 +26,13 @@ def stand_ins(monkeypatch, tmp_path):
     """compare_until with its sweeps, looks and report stood in for; returns what they were asked."""
     import gspo.study.compare
 
-    asked = SimpleNamespace(sweeps=[], report=None)
+    asked = SimpleNamespace(sweeps=[], report=None, plans=[])
 
-    def run_sweep(args, call):
-        folder = Path(next(a for a in args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    def run_sweep(plan, call):
+        folder = Path(plan.folder)
         (folder / "runs").mkdir(parents=True, exist_ok=True)
         asked.sweeps.append((folder, call))
+        asked.plans.append(plan)
         return folder
 
     def look(dirs, metric, effect, seen, max_seeds, spending, last):
@@ -43,28 +46,30 @@ def stand_ins(monkeypatch, tmp_path):
     return asked
 
 
-def _until(*overrides: str) -> None:
-    args = ["verdict.until=resolved", "verdict.max_seeds=4", "verdict.round_seeds=2", "seed=0,1", *overrides]
+def _until(*overrides: str, until: bool = True) -> None:
+    args = [*(["verdict.until=resolved", "verdict.max_seeds=4", "verdict.round_seeds=2"] if until else []), "seed=0,1",
+            *overrides]
     verdict, rest = split_verdict(args)
-    compare.compare_until("compare", rest, verdict, "gspo compare " + " ".join(args),
-                          compare.again_command(args))
+    compare.compare(make_plan(["+sweep=compare", *rest], preset="compare", params=sweep_params("compare"),
+                              verdict=verdict), args)
 
 
 def test_the_design_is_fixed_at_the_first_look_and_every_look_is_kept(stand_ins, tmp_path):
     _until("hydra.sweep.dir=u")
     record = json.loads((tmp_path / "u" / "sequential.json").read_text())
     assert [(lk["round"], lk["seeds"]) for lk in record["looks"]] == [(1, 2), (2, 4)]
-    assert record["design"]["arms"] == ["algo=grpo", "algo=gspo"] and record["design"]["verdict.max_seeds"] == 4
-    assert record["design"]["config"]["algo=gspo"]["train.lr"] == 0.0001
+    plan = json.loads((tmp_path / "u" / "plan.json").read_text())  # registered before the first round
+    assert list(plan["arms"]) == ["algo=grpo", "algo=gspo"] and plan["stop"]["verdict.max_seeds"] == 4
+    assert plan["arms"]["algo=gspo"]["train.lr"] == 0.0001 and plan["ended"] == {"looks": 2, "stop": "seeds"}
     _until("hydra.sweep.dir=u")  # the same command again: its looks are appended, none overwritten
     record = json.loads((tmp_path / "u" / "sequential.json").read_text())
     assert [lk["round"] for lk in record["looks"]] == [1, 2, 1, 2] and record["page"]["lines"] == ["2 rounds"]
-    for changed, said in (("train.lr=5e-4", "train.lr=0.0001 -> 0.0005 in arm algo=grpo"),
-                          ("verdict.max_seeds=6", "verdict.max_seeds=4 -> 6")):
-        with pytest.raises(GspoError) as e:
-            _until("hydra.sweep.dir=u", changed)
-        assert f"u is an until=resolved experiment whose design was fixed at its first look; this command changes it " \
-               f"({said})" in str(e.value)
+    with pytest.raises(GspoError) as e:
+        _until("hydra.sweep.dir=u", "train.lr=5e-4")
+    assert str(e.value).startswith("u holds a registered plan (plan.json, gspo ")
+    assert "that this command changes: train.lr=0.0001 -> 0.0005; rerun it as registered" in str(e.value)
+    with pytest.raises(GspoError, match=r"u: the experiment ended at look 2 \(seeds budget spent"):
+        _until("hydra.sweep.dir=u", "verdict.max_seeds=6")
     assert len(json.loads((tmp_path / "u" / "sequential.json").read_text())["looks"]) == 4
 
 
@@ -119,11 +124,14 @@ def test_a_record_from_before_verdict_primary_resumes_and_a_changed_primary_is_r
     """results/until-lr5e-4/sequential.json records `verdict.metric` (the key's name before verdict.primary): the
     same command resumes it; naming another primary score changes the design the boundaries were planned for."""
     _until("hydra.sweep.dir=u")
-    path = tmp_path / "u" / "sequential.json"
-    record = json.loads(path.read_text())
-    record["design"]["verdict.metric"] = record["design"].pop("verdict.primary")
+    path, registered = tmp_path / "u" / "sequential.json", tmp_path / "u" / "plan.json"
+    plan, record = json.loads(registered.read_text()), json.loads(path.read_text())
+    registered.unlink()  # an older gspo's experiment: its design in sequential.json, no plan.json
+    record["design"] = {"arms": list(plan["arms"]), "config": plan["arms"], "rounds": [[0, 1], [2, 3]],
+                        "verdict.max_seeds": 4, "verdict.round_seeds": 2, "verdict.spending": "obrien_fleming",
+                        "verdict.effect": 0.02, "verdict.metric": None}
     path.write_text(json.dumps(record))
-    _until("hydra.sweep.dir=u")
-    assert len(json.loads(path.read_text())["looks"]) == 4
     with pytest.raises(GspoError, match=r'verdict.primary=null -> "reward/mean"'):
         _until("hydra.sweep.dir=u", "verdict.primary=reward/mean")
+    _until("hydra.sweep.dir=u")
+    assert len(json.loads(path.read_text())["looks"]) == 4 and registered.is_file()  # registered from now on
