@@ -10,48 +10,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from compare_stand_ins import compare_with, stand_ins_fixture  # noqa: F401 (the stand_ins fixture)
 
 from gspo.conf.errors import GspoError
-from gspo.conf.verdict import split_verdict
-from gspo.study import compare, until
-from gspo.study.plan import make_plan
-from gspo.study.presets import sweep_params
+from gspo.study import until
 
 
-@pytest.fixture
-def stand_ins(monkeypatch, tmp_path):
-    """compare_until with its sweeps, looks and report stood in for; returns what they were asked."""
-    import gspo.study.compare
-
-    asked = SimpleNamespace(sweeps=[], report=None, plans=[])
-
-    def run_sweep(plan, call):
-        folder = Path(plan.folder)
-        (folder / "runs").mkdir(parents=True, exist_ok=True)
-        asked.sweeps.append((folder, call))
-        asked.plans.append(plan)
-        return folder
-
-    def look(dirs, metric, effect, seen, max_seeds, spending, last):
-        return SimpleNamespace(seeds=seen[-1], level=0.01 * len(dirs), settled=False, diffs=[])
-
-    monkeypatch.setattr(gspo.study.compare, "run_sweep", run_sweep)
-    monkeypatch.setattr(gspo.study.compare, "look", look)
-    monkeypatch.setattr(gspo.study.compare, "round_lines", lambda looks, *a: [f"{len(looks)} rounds"])
-    monkeypatch.setattr(gspo.study.compare, "write_report", lambda dirs, out, **kw: setattr(asked, "report", (dirs, kw)))
-    monkeypatch.chdir(tmp_path)
-    return asked
-
-
-def _until(*overrides: str, until: bool = True) -> None:
-    args = [*(["verdict.until=resolved", "verdict.max_seeds=4", "verdict.round_seeds=2"] if until else []), "seed=0,1",
-            *overrides]
-    verdict, rest = split_verdict(args)
-    compare.compare(make_plan(["+sweep=compare", *rest], preset="compare", params=sweep_params("compare"),
-                              verdict=verdict), args)
+def _until(*overrides: str) -> None:
+    compare_with(*overrides)
 
 
 def test_the_design_is_fixed_at_the_first_look_and_every_look_is_kept(stand_ins, tmp_path):
@@ -63,7 +31,7 @@ def test_the_design_is_fixed_at_the_first_look_and_every_look_is_kept(stand_ins,
     assert plan["arms"]["algo=gspo"]["train.lr"] == 0.0001 and plan["ended"] == {"looks": 2, "stop": "seeds"}
     _until("hydra.sweep.dir=u")  # the same command again: its looks are appended, none overwritten
     record = json.loads((tmp_path / "u" / "sequential.json").read_text())
-    assert [lk["round"] for lk in record["looks"]] == [1, 2, 1, 2] and record["page"]["lines"] == ["2 rounds"]
+    assert [lk["round"] for lk in record["looks"]] == [1, 2, 1, 2] and record["page"]["lines"] == ["2 rounds, seeds"]
     with pytest.raises(GspoError) as e:
         _until("hydra.sweep.dir=u", "train.lr=5e-4")
     assert str(e.value).startswith("u holds a registered plan (plan.json, gspo ")
@@ -111,7 +79,7 @@ def test_report_of_an_until_folder_gives_its_page(stand_ins, tmp_path, monkeypat
     result = CliRunner().invoke(app, ["report", "u"])
     assert result.exit_code == 0, (result.output, result.exception)
     dirs, kw = stand_ins.report
-    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds"] and kw["primary"] is None
+    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds, seeds"] and kw["primary"] is None
     _until("hydra.sweep.dir=v", "verdict.primary=reward/mean")  # the page's primary is the score the rounds answered
     assert CliRunner().invoke(app, ["report", "v"]).exit_code == 0 and stand_ins.report[1]["primary"] == "reward/mean"
     other = CliRunner().invoke(app, ["report", "v", "--primary", "eval/arith/accuracy"], env={"COLUMNS": "200"})
