@@ -14,6 +14,7 @@ from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.study import until
+from gspo.study.launch import check_launcher
 from gspo.study.plan import Plan, arm_config, mark_ended, read_plan, register, write_plan
 from gspo.study.rounds import Look, look, plan_rounds, primary, round_lines, run_rounds
 from gspo.study.sweep import SweepCall, new_stamp, run_sweep, sweep_folder
@@ -36,6 +37,7 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     """A preset's plan (`overrides`: the whole command line, for the page and the resume line), registered in its
     folder, then its report in <folder>/report."""
     command, verdict = f"gspo compare {' '.join(overrides)}".strip(), plan.verdict
+    check_launcher(list(plan.overrides))  # before the plan is registered
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
         primary(arm_config(plan, plan.arms[0] if plan.arms else "").task.name, verdict.primary)
     for note in plan.notes:

@@ -9,7 +9,9 @@ overrides hold each key once (conf/overrides.py `one_per_key`), so Hydra plans e
 plan.json (`record`): the arms (each arm's composed config), the seeds, the primary score and the effect of
 interest, the comparisons' alpha split, the stopping design, the launcher, gspo's version; a rerun in the folder
 composes its own and must match (`register`): a difference is refused in one line naming each one; seeds added to
-a finished fixed plan run as its next round (study/compare.py). An until's end (a budget spent) is recorded in it
+a finished fixed plan run as its next round (study/compare.py). Arms provably equal under the config are folded
+before anything runs: what equals what is each algorithm's registration (gspo.algos.register: `same_as`,
+`on_policy_as`), never a name here (`fold_equal_arms`). An until's end (a budget spent) is recorded in it
 (`mark_ended`): a rerun regenerates the page and starts no new round.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from gspo.algos import ALGOS
 from gspo.conf.compose import compose_config
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists
@@ -35,10 +38,8 @@ from gspo.conf.overrides import (
 )
 from gspo.conf.resume import trajectory_neutral
 from gspo.conf.schema import VerdictConfig
-from gspo.study.arms import fold_equal_arms
-from gspo.study.launch import check_launcher
 from gspo.trainer.run.records import read_record
-from gspo.trainer.run.rundir import _gspo_version, atomic_write_text
+from gspo.trainer.run.rundir import atomic_write_text, gspo_version
 from gspo.trainer.run.sweepdir import is_sweep
 from gspo.vocab.choices import Until
 
@@ -113,19 +114,50 @@ def _jobs(overrides: list[str], params: dict[str, str]) -> tuple[str, ...] | Non
 
 def make_plan(args: list[str], command: str = "train", preset: str | None = None,
               params: dict[str, str] | None = None, verdict: VerdictConfig | None = None) -> Plan:
-    """The plan of `gspo sweep|compare <args>`: checked (every swept value composes, the launcher is installed),
-    each key once, arms that provably equal folded (with notes)."""
+    """The plan of `gspo sweep|compare <args>`: checked (every swept value composes), each key once, arms that
+    provably equal folded (with notes). The launcher's plugin is checked by its sweep (study/launch.py)."""
     params = params or {}
     overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     resume = any(a.startswith("resume=") for a in overrides)
     overrides = one_per_key([a for a in overrides if not a.startswith("resume=")], params)
     check_sweep_overrides(overrides, command)
-    check_launcher(overrides)
     notes: list[str] = []
     if command == "train":
         overrides, notes = fold_equal_arms(Plan(tuple(overrides), tuple(params.items())))
     return Plan(tuple(overrides), tuple(params.items()), _jobs(overrides, params), command, preset,
                 verdict or VerdictConfig(), resume, tuple(notes))
+
+
+def fold_equal_arms(plan: Plan) -> tuple[list[str], list[str]]:
+    """(the plan's overrides, notes). An algorithm that equals another when every sequence has one advantage
+    (algo.advantage=group, no token-level correction: GSPO-token and GSPO, GSPO paper eqs. 13-14) is dropped from
+    an algo= list holding both, with a note. On-policy (train.minibatches=1 train.epochs=1) two algorithms whose
+    gradients are then equal (every ratio is 1: GSPO and GRPO) are refused. Keys this cannot see (a preset's own
+    settings) leave the arms as they are. An algo= entry that is a preset of another name (grpo_replay) is left to
+    the config."""
+    overrides, given = list(plan.overrides), plan.given
+    algos = (given("algo") or "").split(",")
+    notes = []
+    known = {a: ALGOS[a] for a in algos if a in ALGOS}
+    on_policy = given("train.minibatches") == "1" and given("train.epochs") in (None, "1")
+    for spec in known.values():
+        if on_policy and spec.on_policy_as in known:
+            other = known[spec.on_policy_as]
+            raise GspoError(f"train.minibatches=1 is on-policy: every ratio is 1, so {other.title} and {spec.title} give "
+                            "the same gradient and their arms cannot differ; use train.minibatches=4 (the GSPO "
+                            "paper's) or train.epochs=2")
+    token_free = not any(key_of(o).startswith(("algo.advantage", "algo.correction"))
+                         for o in [*overrides, *dict(plan.params)])
+    dropped = [a for a, spec in known.items() if token_free and spec.same_as in known]
+    if dropped:
+        kept = ",".join(a for a in algos if a not in dropped)
+        overrides = [o for o in overrides if key_of(o) != "algo"] + [f"algo={kept}"]
+        for a in dropped:
+            spec = known[a]
+            notes.append(f"{spec.title} left out: with one advantage per sequence (algo.advantage=group) it equals "
+                         f"{known[spec.same_as].title} in value and gradient; sweep a preset with per-token "
+                         f"advantages (algo.advantage=step) to compare them")
+    return overrides, notes
 
 
 def arm_config(plan: Plan, arm: str) -> DictConfig:
@@ -166,7 +198,7 @@ def record(plan: Plan, rounds: list[list[int]] | None = None) -> dict:
     stop = {"until": v.until, **({f"verdict.{k}": getattr(v, k) for k in DESIGN_VERDICT} if until else {})}
     pairs = comparisons(plan)
     return json.loads(json.dumps({
-        "gspo": _gspo_version(), "preset": plan.preset, "arms": arm_configs(plan), "seeds": list(plan.seeds),
+        "gspo": gspo_version(), "preset": plan.preset, "arms": arm_configs(plan), "seeds": list(plan.seeds),
         "primary": v.primary, "effect": v.effect, "comparisons": pairs,
         "alpha": f"0.05 over the {len(pairs)} comparison(s) of the primary score: "
                  + ("Bonferroni, then group-sequential spending over the looks" if until else "Holm"),

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError
@@ -25,10 +24,8 @@ from gspo.report.runs import load_runs
 from gspo.report.sequential import Decision, decide, t_levels
 from gspo.report.stats import LEVEL
 from gspo.report.tables import SCORE, Difference, Headline, difference, headlines
+from gspo.study.plan import Plan
 from gspo.vocab.choices import SPENDING_TITLES
-
-if TYPE_CHECKING:
-    from gspo.study.plan import Plan
 
 
 @dataclass(frozen=True)

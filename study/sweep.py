@@ -35,7 +35,7 @@ from gspo.conf.errors import GspoError
 from gspo.conf.overrides import MULTIRUN
 from gspo.conf.schema import register_configs
 from gspo.study.job import hydra_job
-from gspo.study.launch import GIB_PER_JOB, jobs_at_once, launcher_overrides, threads
+from gspo.study.launch import GIB_PER_JOB, check_launcher, jobs_at_once, launcher_overrides, threads
 from gspo.study.plan import Plan, make_plan
 from gspo.study.watch import raw_errors, watched_loky, worker_died
 from gspo.trainer.run.sweepdir import (
@@ -75,6 +75,7 @@ def run_sweep(args: list[str] | Plan, call: SweepCall | None = None) -> Path:
     call = call or SweepCall()
     register_configs()
     plan = args if isinstance(args, Plan) else make_plan(args, call.command)
+    check_launcher(list(plan.overrides))
     for note in plan.notes if plan is not args else ():  # a caller's plan: said where it was made
         typer.echo(f"note: {note}", err=True)
     stamp = new_stamp()

@@ -1,4 +1,4 @@
-"""The study's policies (study/arms.py, study/eta.py, study/launch.py, study/rounds.py): arms folded by the algorithm
+"""The study's policies (study/plan.py fold_equal_arms, study/eta.py, study/launch.py, study/rounds.py): arms folded by the algorithm
 registry, the ETAs a sweep prints, and the registries a developer extends: a launcher policy and a stopping rule are
 each added in one file (this one: a throwaway of each, registered here, changes what the study does with no other
 file touched)."""
@@ -14,9 +14,8 @@ import pytest
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.study import launch, rounds
-from gspo.study.arms import fold_equal_arms
-from gspo.study.plan import Plan, make_plan
 from gspo.study.eta import early_eta, job_progress
+from gspo.study.plan import Plan, fold_equal_arms, make_plan
 
 
 def test_compare_folds_gspo_token_where_it_equals_gspo_and_refuses_on_policy():

@@ -11,8 +11,8 @@ from gspo.conf.schema import VerdictConfig
 from gspo.report import write_report
 from gspo.report.sequential import decide
 from gspo.report.stats import Interval, clip_to, paired_ci, sign_flip_p
-from gspo.study.presets import sweep_params
 from gspo.study.plan import make_plan
+from gspo.study.presets import sweep_params
 from gspo.study.rounds import look, plan_rounds, round_lines
 
 
