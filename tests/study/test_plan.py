@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from gspo.conf.errors import GspoError
 from gspo.report import write_report
-from gspo.study.plan import make_plan
+from gspo.study.plan import make_plan, report_plan, write_plan
 from gspo.study.presets import sweep_params
 from gspo.trainer.run.sweepdir import write_job_record, write_sweep_plan
 
@@ -135,3 +135,12 @@ def test_a_copied_run_is_one_seed_not_two(tmp_path):
     report = write_report([*runs, copy], tmp_path / "out", wandb="disabled")
     assert list(report.headline["n"]) == [2, 2]
     assert f"{copy}: the same arm and seed as {runs[-1]} (a copy): counted once" in report.notes
+
+
+def test_report_reads_a_plans_rounds_and_its_registered_primary(tmp_path):
+    write_plan(tmp_path / "c", {"arms": {}, "seeds": ["0", "1", "2"], "stop": {"until": "none"},
+                                "rounds": [["0", "1"], ["2"]], "primary": "reward/mean"})
+    assert report_plan([tmp_path / "c"]) == ([tmp_path / "c", tmp_path / "c" / "round-2"], ("reward/mean",))
+    (tmp_path / "old" / "runs").mkdir(parents=True)  # an older gspo's sweep: compare's default primary
+    assert report_plan([tmp_path / "old"]) == ([tmp_path / "old"], (None,))
+    assert report_plan([tmp_path / "a-run"]) == ([tmp_path / "a-run"], ())  # runs named one by one: no plan
