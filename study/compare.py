@@ -91,8 +91,8 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
         raise GspoError(f"{outer} holds a plain compare (its runs, no until record): an until=resolved experiment there "
                         "would hide it from its report; start it in another hydra.sweep.dir=")
     registered, _ = register(outer, plan, rounds, legacy=until.legacy_plan(outer))
-    ended = registered.get("ended")
-    rounds = rounds[:ended["looks"]] if ended else rounds  # an ended experiment: its page again, no new round
+    ended = registered.get("ended") if (registered.get("ended") or {}).get("stop") != "settled" else None
+    rounds = rounds[:ended["looks"]] if ended else rounds  # a budget spent: its page again, no new round
     typer.echo(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
                f"hydra.sweep.dir={outer} resumes it", err=True)
     call = preset_call(again, again_dir=outer)
