@@ -4,7 +4,7 @@ A preset is a file of conf/sweep/ (study/presets.py): `compare` (the default: GR
 shortened to 20 steps), `lr` (GRPO and GSPO at five learning rates: where each collapses), `family` (GRPO, DAPO,
 Dr. GRPO, GSPO, GMPO, CISPO, SAPO over three seeds), `family2026` (GRPO against DPPO-TV, DPPO-KL, OPSM, MaxRL,
 GDPO) and one per claim of the GSPO paper (`moe`, `mismatch`, `stability`). Arms provably equal under the config
-are not run twice (study/arms.py). Its arms, seeds and run length are the file's; overrides on the command line win
+are not run twice (study/plan.py fold_equal_arms). Its arms, seeds and run length are the file's; overrides on the command line win
 over it (`algo=grpo,gspo seed=0,1 train.steps=50`). The report goes to <sweep>/report. How many jobs run side by
 side is the launcher policy's (study/launch.py); `hydra/launcher=basic` runs them one at a time.
 
@@ -41,11 +41,13 @@ def compare_cmd(
     overrides = list(overrides or [])
     name, rest = pick_preset(overrides)
     verdict, rest = split_verdict(rest)
-    from gspo.cli.fetch import check_offline_preset
+    from gspo.cli.fetch import check_offline_plan
+    from gspo.study.plan import make_plan
 
-    check_offline_preset(name, sweep_params(name), rest)  # offline: every hub asset its jobs lack, in one line, before a job starts
+    plan = make_plan([f"+sweep={name}", *rest], preset=name, params=sweep_params(name), verdict=verdict)  # once
+    check_offline_plan(plan, rest)  # offline: every hub asset its jobs lack, in one line, before a job starts
     # the sweep, the trainer and the report load torch and pandas: imported once the preset and verdict are checked
     from gspo.cli.report import print_report
     from gspo.study.compare import compare
 
-    print_report(compare(name, rest, verdict, overrides))
+    print_report(compare(plan, overrides))

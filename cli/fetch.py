@@ -12,31 +12,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from shlex import quote
 
-from gspo.conf.compose import compose_config
-from gspo.conf.overrides import first_job, planned_jobs, swept_keys
 from gspo.conf.verdict import split_verdict
+from gspo.study.plan import Plan, arm_config, make_plan
 
 
-def job_configs(preset: str | None, params: dict[str, str], overrides: list[str]) -> list:
-    """The composed config of each distinct job of `gspo compare preset=<preset> <overrides>` (`params`: the
-    preset's hydra.sweeper.params; `preset` None: of `gspo train <overrides>`, or its sweep), seeds left out: no
-    asset depends on the seed."""
+def fetch_plan(preset: str | None, params: dict[str, str], overrides: list[str]) -> Plan:
+    """The plan of `gspo compare preset=<preset> <overrides>` (`params`: the preset's hydra.sweeper.params; `preset`
+    None: of `gspo train <overrides>`, or its sweep), Hydra's own settings and verdict.* left out."""
     _, rest = split_verdict(overrides)
     rest = [o for o in rest if not o.startswith(("hydra.", "hydra/", "-m", "--multirun"))]
-    swept = set(swept_keys([f"{k}={v}" for k, v in params.items()] + rest))
-    fixed = [o for o in rest if o.split("=", 1)[0].lstrip("+~") not in swept]
-    jobs = planned_jobs(rest, params)
-    jobs = jobs if jobs is not None else [" ".join(first_job(rest))]  # a search sweeper: its first point
-    head = [f"+sweep={preset}"] if preset else []
-    distinct = dict.fromkeys(" ".join(t for t in job.split() if not t.startswith("seed=")) for job in jobs)
-    return [compose_config([*head, *fixed, *job.split()]) for job in distinct]
+    return make_plan([*([f"+sweep={preset}"] if preset else []), *rest], preset=preset, params=params)
 
 
-def assets_of(preset: str | None, params: dict[str, str], overrides: list[str]) -> list:
+def job_configs(plan: Plan) -> list:
+    """The composed config of each arm of the plan (a search sweeper: its first point), seeds left out: no asset
+    depends on the seed."""
+    return [arm_config(plan, arm) for arm in (plan.arms if plan.jobs is not None else ("",))]
+
+
+def assets_of(plan: Plan) -> list:
     """The hub assets of every job, each once, in the order the first job loads them."""
     from gspo.trainer.assets import hub_assets
 
-    return list(dict.fromkeys(a for cfg in job_configs(preset, params, overrides) for a in hub_assets(cfg)))
+    return list(dict.fromkeys(a for cfg in job_configs(plan) for a in hub_assets(cfg)))
 
 
 def again(preset: str | None, overrides: list[str]) -> str:
@@ -46,12 +44,12 @@ def again(preset: str | None, overrides: list[str]) -> str:
     return " ".join(["gspo fetch", *([f"preset={preset}"] if preset else []), *(quote(o) for o in kept)])
 
 
-def check_offline_preset(preset: str, params: dict[str, str], overrides: list[str]) -> None:
-    """`gspo compare`, offline: one line naming every asset its jobs lack, before a job starts."""
+def check_offline_plan(plan: Plan, overrides: list[str]) -> None:
+    """`gspo compare`, offline: one line naming every asset its plan's jobs lack, before a job starts."""
     from gspo.trainer.assets import check_offline, offline
 
     if offline():
-        check_offline(assets_of(preset, params, overrides), again(preset, overrides))
+        check_offline(assets_of(plan), again(plan.preset, overrides))
 
 
 def run_fetch(preset: str | None, params: dict[str, str], overrides: list[str], say: Callable[[str], None],
@@ -59,7 +57,7 @@ def run_fetch(preset: str | None, params: dict[str, str], overrides: list[str], 
     """`gspo fetch`: each asset loaded as the run loads it (`log`: progress), then one line of what is cached."""
     from gspo.trainer.assets import fetch
 
-    assets = assets_of(preset, params, overrides)
+    assets = assets_of(fetch_plan(preset, params, overrides))
     if not assets:
         say("nothing to fetch: this config reads no Hugging Face hub asset (the embedded model and task)")
         return

@@ -45,9 +45,13 @@ def report_cmd(
         write_groups,
         write_report,
     )
+    from gspo.study.plan import report_plan
 
     paths = list(paths or [])
     rounds: dict = {}
+    if out is None:  # one sweep (its rounds, an until's rounds too): <sweep>/report
+        one = len(paths) == 1 and ((paths[0] / "runs").is_dir() or (paths[0] / "sequential.json").is_file())
+        out = paths[0] / "report" if one else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     if len(paths) == 1 and (paths[0] / "sequential.json").is_file():  # an until=resolved experiment: its page
         from gspo.study.until import page
 
@@ -56,16 +60,14 @@ def report_cmd(
         if primary is not None and primary != answered:  # the looks' levels belong to the score the rounds answered
             raise GspoError(f"--primary {primary}: {folder} is an until=resolved experiment whose rounds answered "
                             f"{answered or 'held-out accuracy'}; its page's primary score is that one")
-        primary = answered
+        primary, registered = answered, (answered,)
         rounds = {"rounds": lines, "sequential": sequential}
-        out = out or folder / "report"
-    if out is None:
-        one_sweep = len(paths) == 1 and (paths[0] / "runs").is_dir()
-        out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
+    else:
+        paths, registered = report_plan(paths)
     command = (f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
                + (f" --primary {primary}" if primary else ""))
     kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect,
-              "primary": primary}
+              "primary": primary, "registered": registered}
     if not separate:
         kwargs |= rounds
         print_report(write_report(paths, out, **kwargs))

@@ -62,22 +62,38 @@ def swept_keys(overrides: list[str]) -> list[str]:
     return [o.key_or_group for o in _parse(overrides) if o.is_sweep_override() and not o.is_hydra_override()]
 
 
+def key_of(token: str) -> str:
+    """`++seed=1` -> `seed`: an override's key without Hydra's prefix."""
+    return token.split("=", 1)[0].lstrip("+~")
+
+
+def one_per_key(overrides: list[str], params: dict[str, str] | None = None) -> list[str]:
+    """The command line's overrides with each key once, where the first of its forms stood, as its last form says
+    it: `seed=0 ++seed=1,2` -> `seed=1,2`. A key the preset's sweep params name loses its `+`/`++` (the params put
+    the key there already), so Hydra's sweeper, which keys `++seed` apart from `seed`, plans each job once."""
+    out: dict[str, str] = {}
+    for text, o in zip(overrides, _parse(overrides), strict=True):
+        key = text if o.is_hydra_override() else o.key_or_group
+        said = text.lstrip("+") if key in (params or {}) or (key in out and not text.startswith("~")) else text
+        out[key] = said
+    return list(out.values())
+
+
 def planned_jobs(overrides: list[str], params: dict[str, str] | None = None) -> list[str] | None:
-    """The jobs Hydra's basic sweeper will run, in its job order (job i is item i): each the `key=value`
-    overrides it sweeps, joined by spaces. `params`: the sweeper's params from the config (a preset's
-    hydra.sweeper.params), which come before the command line's as Hydra merges them. None when another
-    sweeper (Optuna) draws the jobs as it goes."""
+    """The jobs Hydra's basic sweeper will run for `one_per_key`'s overrides, in its job order (job i is item i):
+    each the `key=value` overrides it sweeps, joined by spaces. `params`: the sweeper's params from the config (a
+    preset's hydra.sweeper.params), which come before the command line's as Hydra merges them. None when another
+    sweeper (Optuna) draws the jobs as it goes. Called by study/plan.py alone."""
     if any(o.startswith("hydra/sweeper=") for o in overrides):
         return None
-    parsed = _parse([f"{k}={v}" for k, v in (params or {}).items()] + overrides)
+    parsed = [o for o in _parse([f"{k}={v}" for k, v in (params or {}).items()] + overrides)
+              if not o.is_hydra_override()]
+    if any(o.is_sweep_override() and not o.is_discrete_sweep() for o in parsed):
+        return None
     keys: dict[str, list[str]] = {}  # Hydra's order: a key's first position, its last value
     for o in parsed:
-        if o.is_hydra_override():
-            continue
         head = o.input_line.split("=", 1)[0]
-        if o.is_sweep_override() and not o.is_discrete_sweep():
-            return None
-        keys[o.get_key_element()] = _values(o) if o.is_sweep_override() else [f"{head}={o.get_value_element_as_str()}"]
+        keys[o.key_or_group] = _values(o) if o.is_sweep_override() else [f"{head}={o.get_value_element_as_str()}"]
     swept = {k: v for k, v in keys.items() if len(v) > 1 or any(o.is_sweep_override() for o in parsed
-                                                                 if o.get_key_element() == k)}
+                                                                 if o.key_or_group == k)}
     return [" ".join(combo) for combo in itertools.product(*swept.values())] if swept else [""]

@@ -44,6 +44,20 @@ def _comparable(key: str) -> bool:
     return key not in REPLICATE_KEYS and not key.startswith(BOOKKEEPING) and not trajectory_neutral(key)
 
 
+def once_per_seed(runs: list[Run]) -> tuple[list[Run], list[str]]:
+    """(the runs, each (arm, seed) once; notes): a run found again in another folder (a copy: the same config and
+    seed) is one seed, not two; the copy with more steps is kept."""
+    kept: dict[tuple, Run] = {}
+    notes = []
+    for r in runs:
+        key = tuple(sorted((k, repr(v)) for k, v in r.config.items() if _comparable(k) or k in REPLICATE_KEYS))
+        other = kept.setdefault(key, r)
+        if other is not r:
+            kept[key], extra = (r, other) if r.last_step > other.last_step else (other, r)
+            notes.append(f"{extra.path}: the same arm and seed as {kept[key].path} (a copy): counted once")
+    return list(kept.values()), notes
+
+
 def differing_keys(runs: list[Run]) -> list[str]:
     keys = sorted({k for r in runs for k in r.config if _comparable(k)})
     return [k for k in keys if len({repr(r.config.get(k)) for r in runs}) > 1]

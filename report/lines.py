@@ -20,10 +20,10 @@ import math
 import gspo.vocab.metrics as M
 from gspo.report.page import fmt
 from gspo.report.stats import SIGN_FLIP_MAX, sign_flip_floor, zero_width
-from gspo.report.tables import EXPLORATORY, PAIRED, PRIMARY, SCORE, Difference, Headline, arm_values
+from gspo.report.tables import EXPLORATORY, PAIRED, POST_HOC, PRIMARY, SCORE, Difference, Headline, arm_values
 
 FLIP_SHOWN = 10  # the sign-flip p is shown beside the paired t up to this many seeds (its floor is 0.002 at 10)
-ROLE = {PRIMARY: "primary", EXPLORATORY: "exploratory", "": "mechanism, described"}
+ROLE = {PRIMARY: "primary", POST_HOC: "primary, post hoc", EXPLORATORY: "exploratory", "": "mechanism, described"}
 
 
 def signed(v: float) -> str:
@@ -128,6 +128,10 @@ def _resolved(d: Difference) -> str:
     if d.role == EXPLORATORY:
         return (f"the interval excludes zero ({d.arm.label} {side}); exploratory: not the primary score, and not "
                 "adjusted across the page's scores, so a lead for a compare with this as its primary, not a finding")
+    if d.role == POST_HOC:
+        return (f"the interval excludes zero ({d.arm.label} {side}); post hoc: this primary score was chosen after "
+                "the runs, not the one the experiment's plan registered, so a lead for a compare that registers it, "
+                "not a finding")
     if d.head.info.kind != SCORE:
         return f"{d.arm.label} {side} (the interval excludes zero; a mechanism: described, not a score)"
     n = len(d.values[0])
@@ -191,7 +195,8 @@ def summary_line(h: Headline, diffs: list[Difference]) -> str:
         items.append(f"{d.arm.label} - {d.base.label} {signed(d.ci.mean)} ({span}{mark})")
     level = f"Holm over {diffs[0].m} within the metric" if diffs and diffs[0].m > 1 else "95%"
     notes = sorted({n for d in diffs if (n := like_for_like(d))})
-    words = {PRIMARY: "", EXPLORATORY: "exploratory: not adjusted across scores, a lead, not a finding",
+    words = {PRIMARY: "", POST_HOC: "post hoc: chosen after the runs, a lead, not a finding",
+             EXPLORATORY: "exploratory: not adjusted across scores, a lead, not a finding",
              "": "described, not a score"}[diffs[0].role if diffs else ""]
     return (f"{h.info.label} [{role}] ({h.reduce}, {level}; {words}): " + "; ".join(items)
             + (f"; {'; '.join(notes)}" if notes else ""))

@@ -218,7 +218,7 @@ def _forest_row(ax, d: Difference, y: float) -> None:
     ax.plot([d.ci.mean], [y], "o", color=color, markersize=6)
     how = "paired" if d.method == "paired t" else "Welch"
     said = "no test (tie)" if not d.ci.tested and d.ci.n >= 2 else "resolved" if d.resolved else "no claim"
-    said = "excludes 0 (exploratory)" if d.resolved and d.role == "exploratory" else said
+    said = f"excludes 0 ({d.role})" if d.resolved and d.role in ("exploratory", "post hoc") else said
     ax.text(1.01, y, said + f" ({how}, n={d.ci.n})",
             transform=ax.get_yaxis_transform(), ha="left", va="center", fontsize=8, color=color)
 

@@ -176,6 +176,7 @@ def arm_values(arm: Arm, h: Headline) -> list[float]:
 
 PAIRED, WELCH = "paired t", "Welch"
 PRIMARY, EXPLORATORY = "primary", "exploratory"
+POST_HOC = "post hoc"  # a primary chosen at report time, not the one the experiment's plan registered: never a finding
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class Difference:
     effect: float = math.nan  # the smallest effect of interest (scores; NaN: none)
     values: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # (arm, base) per run, in pair order if paired
     adjusted_by: str = "Holm"  # what set `alpha`: Holm, or a group-sequential design's last look
-    role: str = ""  # PRIMARY (the page's one confirmatory score), EXPLORATORY (another score) or "" (not a score)
+    role: str = ""  # PRIMARY (the page's one confirmatory score), POST_HOC, EXPLORATORY (another score), "" (no score)
     setting: str = ""  # the shared setting the difference holds at, in words ("at train.lr=0.0001"); empty: none
 
     @property

@@ -35,6 +35,7 @@ from gspo.report.arms import (
     label_keys,
     legend_note,
     numeric_keys,
+    once_per_seed,
     pairs,
 )
 from gspo.report.comparable import at_common_step, seeds_used
@@ -50,6 +51,7 @@ from gspo.report.stats import mean_ci
 from gspo.report.tables import (
     EXPLORATORY,
     MECHANISM,
+    POST_HOC,
     PRIMARY,
     SCORE,
     Difference,
@@ -81,14 +83,17 @@ class Report:
 
 def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False,
                  smooth: int = 5, effect: float = VerdictConfig.effect, rounds: list[str] = (),
-                 sequential: dict[str, float] | None = None, primary: str | None = None) -> Report:
+                 sequential: dict[str, float] | None = None, primary: str | None = None,
+                 registered: tuple[str | None, ...] = ()) -> Report:
     """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
     bar over the plots, the long part; `smooth`: the moving-average window of the training reward in the
     key curves (0 or 1: none); `effect`: the smallest effect of interest of a score; `rounds`: lines on the
     rounds of a sequential compare (verdict.until=resolved), shown under the verdict; `sequential`: metric ->
     the nominal level of its comparisons at the design's last look (their intervals are read at it); `primary`:
-    the page's one confirmatory score (verdict.primary; None: held-out accuracy)."""
+    the page's one confirmatory score (verdict.primary; None: held-out accuracy); `registered`: (the primary the
+    experiment's plan registered,), empty without a plan: another `primary` is post hoc, never a finding."""
     runs, notes = load_runs(paths)
+    runs, copies = once_per_seed(runs)
     check_comparable(runs)
     runs, common = at_common_step(runs)
     runs, timing = without_loaded_times(runs)
@@ -99,7 +104,9 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     _make_out(out_dir)
     compared = pairs(arms)
     first = primary_head(heads, primary)
-    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs) for a, b in compared]) for h in heads}
+    post_hoc = bool(registered) and first is not None and first.metric != _planned(heads, registered[0])
+    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs, post_hoc) for a, b in compared])
+             for h in heads}
     for metric, level in (sequential or {}).items():
         diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
                          for d in diffs.get(metric, [])]
@@ -110,13 +117,14 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
     verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
     verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
-    front: list[Block] = [Block("h1", _title(runs, arms, task)), Block("p", _experiment(runs, arms, keys, effect, first)),
+    front: list[Block] = [Block("h1", _title(runs, arms, task)),
+                          Block("p", _experiment(runs, arms, keys, effect, first, post_hoc)),
                           Block("list", items=tuple(verdict), id="verdict")]
     shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
     figures, front_files = _figures(arms, heads, diffs, shown, first, compared, out_dir, smooth)
     front += figures
     plots = write_plots(arms, task, out_dir, progress)
-    notes = _notes(runs, notes + final_notes(runs, heads)) + timing
+    notes = _notes(runs, notes + copies + final_notes(runs, heads)) + timing
     blocks = front + sections(Page(runs, arms, heads, diffs, keys, command, notes, plots))
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
@@ -179,7 +187,8 @@ def _title(runs: list[Run], arms: list[Arm], task: str) -> str:
     return f"gspo report: {names} on {task} ({model})"
 
 
-def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float, first: Headline | None) -> str:
+def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float, first: Headline | None,
+                post_hoc: bool = False) -> str:
     seeds = sorted({len(a.runs) for a in arms})
     n = "-".join(map(str, seeds))
     steps = sorted({r.config.get("train.steps") for r in runs}, key=str)
@@ -189,9 +198,13 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
             "of its group): arms that share their seeds are compared seed by seed (paired t on the per-seed "
             "differences, with the exact sign-flip p beside it at small n), others by Welch's interval; each line "
             "names its method. "
+            + (f"The primary score is {first.info.label}, chosen at report time (--primary), not the one the "
+               "experiment's plan registered: post hoc, so its comparisons are leads, never findings; other scores "
+               "are exploratory. " if first is not None and post_hoc else "")
             + (f"The primary score is {first.info.label} (verdict.primary): only its comparisons are tested as "
                "findings; other scores are exploratory (not adjusted across scores: an interval excluding zero is a "
-               "lead, not a finding) and mechanism metrics are described. " if first is not None else "")
+               "lead, not a finding) and mechanism metrics are described. " if first is not None and not post_hoc
+               else "")
             + "Resolved = the primary score's interval "
             "excludes zero (with several comparisons, the interval at Holm's level); seeds that tied are no test. "
             "Not resolved (no claim): TOST, the "
@@ -214,9 +227,19 @@ def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
     return next((h for h in scores if h.metric.endswith("/" + M.EVAL_ACCURACY)), scores[0] if scores else None)
 
 
-def _framed(d: Difference, first: Headline | None, runs: list[Run]) -> Difference:
-    """The difference with its role (primary, exploratory, or none for a mechanism) and the setting it holds at."""
-    role = "" if d.head.info.kind != SCORE else PRIMARY if first is not None and d.head == first else EXPLORATORY
+def _planned(heads: list[Headline], metric: str | None) -> str | None:
+    """The metric of the primary score a plan registered (None: not one these runs logged)."""
+    try:
+        found = primary_head(heads, metric)
+    except GspoError:
+        return None
+    return found.metric if found else None
+
+
+def _framed(d: Difference, first: Headline | None, runs: list[Run], post_hoc: bool = False) -> Difference:
+    """The difference with its role (primary, post hoc, exploratory, or none for a mechanism) and its setting."""
+    primary = POST_HOC if post_hoc else PRIMARY
+    role = "" if d.head.info.kind != SCORE else primary if first is not None and d.head == first else EXPLORATORY
     return replace(d, role=role, setting=setting_words(runs, d))
 
 

@@ -3,7 +3,9 @@ reads runs) and cli/ (which parses and calls). This package's __init__ imports n
 rooms a command needs (presets.py is torch-free; the sweep and its jobs load the trainer).
 
     presets.py   the compare presets (conf/sweep/*.yaml): names, swept keys, the default
-    arms.py      arms provably equal under the config, folded before anything runs (the algorithm registry says which)
+    plan.py      the experiment's plan: arms, seeds, primary, stopping design, parsed once and registered in
+                 <folder>/plan.json before the first run; arms provably equal under the config folded before anything
+                 runs (the algorithm registry says which)
     launch.py    the launcher and resource policy: which launcher, how many jobs at once, torch threads per job
                  (a registry of policies: `register_policy`)
     watch.py     a launcher's workers watch the `gspo` process from birth and end with it, resumably

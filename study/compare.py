@@ -10,14 +10,15 @@ from shlex import quote
 
 import typer
 
-from gspo.conf.compose import compose_config
-from gspo.conf.overrides import first_job
+from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.study import until
-from gspo.study.presets import sweep_params, swept_by
-from gspo.study.rounds import Look, look, preset_rounds, primary, round_lines, run_rounds
+from gspo.study.launch import check_launcher
+from gspo.study.plan import Plan, arm_config, mark_ended, read_plan, register, write_plan
+from gspo.study.rounds import Look, look, plan_rounds, primary, round_lines, run_rounds
 from gspo.study.sweep import SweepCall, new_stamp, run_sweep, sweep_folder
+from gspo.trainer.run.sweepdir import is_sweep, sweep_notes
 from gspo.vocab.choices import Until
 
 
@@ -26,60 +27,95 @@ def again_command(overrides: list[str]) -> str:
     return " ".join(["gspo compare", *(quote(o) for o in overrides if not o.startswith("hydra.sweep.dir="))])
 
 
-def preset_call(name: str, again: str, again_dir: Path | None = None) -> SweepCall:
-    """How `gspo compare` asks for preset `name`'s sweep: its swept keys and params, the report written by the
-    compare itself, the launcher policy free to run jobs side by side, and the command that resumes it."""
-    return SweepCall(preset_keys=swept_by(name), preset_params=sweep_params(name), report_hint=False, at_once=True,
-                     again=again, again_dir=again_dir)
+def preset_call(again: str, again_dir: Path | None = None) -> SweepCall:
+    """How `gspo compare` asks for a sweep of its plan: the report written by the compare itself, the launcher
+    policy free to run jobs side by side, and the command that resumes it."""
+    return SweepCall(report_hint=False, at_once=True, again=again, again_dir=again_dir)
 
 
-def task_of(name: str, rest: list[str]) -> str:
-    """The task preset `name`'s first job trains on, under the command line's overrides."""
-    return compose_config(first_job([f"+sweep={name}", *rest])).task.name
-
-
-def compare(name: str, rest: list[str], verdict: VerdictConfig, overrides: list[str]) -> Report:
-    """Preset `name` with the command line's other overrides `rest` (`overrides`: the whole command line, for the
-    page and the resume line), then its report in <sweep>/report."""
-    command = f"gspo compare {' '.join(overrides)}".strip()
+def compare(plan: Plan, overrides: list[str]) -> Report:
+    """A preset's plan (`overrides`: the whole command line, for the page and the resume line), registered in its
+    folder, then its report in <folder>/report."""
+    command, verdict = f"gspo compare {' '.join(overrides)}".strip(), plan.verdict
+    check_launcher(list(plan.overrides))  # before the plan is registered
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
-        primary(task_of(name, rest), verdict.primary)
+        primary(arm_config(plan, plan.arms[0] if plan.arms else "").task.name, verdict.primary)
+    for note in plan.notes:
+        typer.echo(f"note: {note}", err=True)
+    outer = Path(sweep_folder(plan.folder) if plan.folder else f"results/sweeps/{new_stamp()}")  # resolved once
     if verdict.until == Until.RESOLVED:
-        return compare_until(name, rest, verdict, command, again_command(overrides))
-    sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_call(name, again_command(overrides)))
-    return write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
-                        effect=verdict.effect, primary=verdict.primary)
+        return compare_until(plan, outer, command, again_command(overrides))
+    call = preset_call(again_command(overrides), outer)
+    if read_plan(outer) is None and until.legacy_plan(outer) is None and is_sweep(outer):  # an older gspo's compare
+        dirs, lines = [run_sweep(plan.with_keys(hydra__sweep__dir=str(outer)), call)], []
+    else:
+        dirs, lines = fixed_rounds(plan, outer, call)
+    return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
+                        effect=verdict.effect, primary=verdict.primary, rounds=lines)
 
 
-def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: str, again: str) -> Report:
+def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], list[str]]:
+    """The registered plan's sweeps (its folders) and what the page says of its rounds: one sweep in `outer`, or,
+    once seeds were added to the finished plan, each later round in <outer>/round-<i> (earlier ones never rerun)."""
+    registered, new = register(outer, plan, legacy=until.legacy_plan(outer))
+    rounds = registered["rounds"]
+    if new:
+        unfinished = [n for i in range(len(rounds)) for n in sweep_notes(_round_dir(outer, i))]
+        if unfinished:
+            raise GspoError(f"{outer}: new seeds {','.join(new)} join a finished plan as its next round, and this one "
+                            f"has not finished ({unfinished[0]}): rerun it as registered first "
+                            f"(seed={','.join(registered['seeds'])})")
+        rounds = [*rounds, new]
+        write_plan(outer, registered | {"seeds": [*registered["seeds"], *new], "rounds": rounds})
+    dirs = [_round_dir(outer, i) for i in range(len(rounds))]
+    if len(rounds) == 1:
+        run_sweep(plan.with_keys(hydra__sweep__dir=str(outer)), call)
+        return dirs, []
+    for folder, seeds in zip(dirs[1:], rounds[1:], strict=True):
+        run_sweep(plan.with_keys(seed=",".join(seeds), hydra__sweep__dir=str(folder)), call)
+    added = ", ".join(",".join(r) for r in rounds[1:])
+    return dirs, [f"Seeds {added} were added to the registered plan as its next round(s) after seeds "
+                  f"{','.join(rounds[0])} had been seen; the intervals are fixed-sample ones, so a claim that appears "
+                  "only after seeds were added on seeing the first ones is weaker than its level says."]
+
+
+def _round_dir(outer: Path, i: int) -> Path:
+    return outer if i == 0 else outer / f"round-{i + 1}"
+
+
+def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     """Rounds of seeds, a group-sequential look after each, then one report over every round."""
-    rounds = preset_rounds(rest, sweep_params(name), verdict)
-    given = [o.split("=", 1)[1] for o in rest if o.startswith("hydra.sweep.dir=")]
-    outer = Path(sweep_folder(given[-1]) if given else f"results/sweeps/{new_stamp()}")  # resolved once: ${now:...}
-    base = [o for o in rest if not o.startswith(("hydra.sweep.dir=", "seed="))]
-    design = until.design_of(name, sweep_params(name), base, verdict, rounds)
-    until.check_design(outer, design)  # the design its first look was planned with, or none yet
+    verdict = plan.verdict
+    rounds = plan_rounds(plan, verdict)
+    if read_plan(outer) is None and until.legacy_plan(outer) is None and is_sweep(outer):
+        raise GspoError(f"{outer} holds a plain compare (its runs, no until record): an until=resolved experiment there "
+                        "would hide it from its report; start it in another hydra.sweep.dir=")
+    registered, _ = register(outer, plan, rounds, legacy=until.legacy_plan(outer))
+    ended = registered.get("ended") if (registered.get("ended") or {}).get("stop") != "settled" else None
+    rounds = rounds[:ended["looks"]] if ended else rounds  # a budget spent: its page again, no new round
     typer.echo(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
                f"hydra.sweep.dir={outer} resumes it", err=True)
-    call = preset_call(name, again, again_dir=outer)
+    call = preset_call(again, again_dir=outer)
 
     def run_round(i: int, seeds: list[int]) -> Path:
-        folder = run_sweep([f"+sweep={name}", *base, f"seed={','.join(map(str, seeds))}",
-                            f"hydra.sweep.dir={outer / f'round-{i}'}"], call)
+        folder = run_sweep(plan.with_keys(seed=",".join(map(str, seeds)), hydra__sweep__dir=str(outer / f"round-{i}")),
+                           call)
         until.check_round_records(folder)
         return folder
 
     def look_at(dirs: list[Path], seen: list[int], final: bool) -> Look:
         lk = look(dirs, verdict.primary, verdict.effect, seen, verdict.max_seeds, verdict.spending, final)
-        until.add_look(outer, design, {"round": len(dirs), "seeds": seen[-1], "level": lk.level, "settled": lk.settled})
+        until.add_look(outer, {"round": len(dirs), "seeds": seen[-1], "level": lk.level, "settled": lk.settled})
         return lk
 
     done = run_rounds(rounds, verdict, run_round, look_at, said=lambda m: typer.echo(m, err=True))
-    lines = round_lines(done.looks, done.stop, verdict.max_seeds, verdict.spending, verdict.effect)
+    stop = ended["stop"] if ended else done.stop
+    mark_ended(outer, len(done.looks), stop)
+    lines = round_lines(done.looks, stop, verdict.max_seeds, verdict.spending, verdict.effect)
     metric = done.looks[-1].diffs[0].head.metric if done.looks[-1].diffs else None
     sequential = {metric: done.looks[-1].level} if metric else None
     until.finish(outer, {"rounds": rounds[:len(done.looks)], "seeds": done.seeds,
-                         "levels": [lk.level for lk in done.looks], "stop": done.stop,
+                         "levels": [lk.level for lk in done.looks], "stop": stop,
                          "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
     return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(),

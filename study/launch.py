@@ -15,13 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from gspo.conf.compose import compose_config
 from gspo.conf.errors import GspoError
-from gspo.conf.overrides import first_job, planned_jobs
+from gspo.conf.overrides import first_job
+
+if TYPE_CHECKING:
+    from gspo.study.plan import Plan
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 GIB_PER_JOB = 2  # memory allowed per job run at once by default: a job of the embedded model peaks near 0.75 GiB RSS
@@ -71,12 +75,12 @@ def side_by_side_on_cpu(m: Machine) -> int | None:
 register_policy("side_by_side_on_cpu", side_by_side_on_cpu)
 
 
-def jobs_at_once(overrides: list[str], params: dict[str, str] | None = None) -> int:
-    """How many jobs of a sweep run at once when the command line names no launcher: the first registered policy's
-    answer, else 1."""
-    if any(o.startswith("hydra/launcher=") for o in overrides):
+def jobs_at_once(plan: Plan) -> int:
+    """How many jobs of a sweep's plan run at once when the command line names no launcher: the first registered
+    policy's answer, else 1."""
+    if any(o.startswith("hydra/launcher=") for o in plan.overrides):
         return 1
-    machine = Machine(overrides, params or {}, len(planned_jobs(overrides, params) or []), os.cpu_count() or 1,
+    machine = Machine(list(plan.overrides), dict(plan.params), len(plan.jobs or []), os.cpu_count() or 1,
                       memory_gib())
     for _, policy in POLICIES:
         n = policy(machine)

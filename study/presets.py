@@ -30,11 +30,6 @@ def pick_preset(overrides: list[str]) -> tuple[str, list[str]]:
     return name, rest
 
 
-def swept_by(name: str) -> tuple[str, ...]:
-    """The keys preset `name` sweeps (its hydra.sweeper.params), for run names and tags."""
-    return tuple(sweep_params(name))
-
-
 def sweep_params(name: str) -> dict[str, str]:
     """Preset `name`'s hydra.sweeper.params: key -> its sweep (`grpo,gspo`), as Hydra's sweeper reads them."""
     params = OmegaConf.create(presets()[name]).get("hydra", {}).get("sweeper", {}).get("params", {})

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError
-from gspo.conf.overrides import planned_jobs
 from gspo.conf.schema import VerdictConfig
-from gspo.report.arms import group_arms, pairs
+from gspo.report.arms import group_arms, once_per_seed, pairs
 from gspo.report.runs import load_runs
 from gspo.report.sequential import Decision, decide, t_levels
 from gspo.report.stats import LEVEL
 from gspo.report.tables import SCORE, Difference, Headline, difference, headlines
+from gspo.study.plan import Plan
 from gspo.vocab.choices import SPENDING_TITLES
 
 
@@ -96,7 +96,7 @@ def look(paths: list[Path], metric: str | None, effect: float, seeds: list[int],
          kind: str, final: bool) -> Look:
     """The look after the rounds whose cumulative seeds per arm are `seeds` (this one last)."""
     runs, _ = load_runs(paths)
-    arms = group_arms(runs)
+    arms = group_arms(once_per_seed(runs)[0])
     head = primary(runs[0].config.get("task.name", "arith"), metric)
     diffs = [difference(head, a, b, effect) for a, b in pairs(arms)]
     alpha = (1 - LEVEL) / max(len(diffs), 1)  # Bonferroni over the comparisons of the primary metric
@@ -128,21 +128,16 @@ def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect:
     return lines
 
 
-def plan_rounds(jobs: list[str] | None, verdict: VerdictConfig) -> list[list[int]]:
-    """The seeds of each round from the first round's planned jobs (`algo=grpo seed=0` each): its seeds first, then
-    `round_seeds` new ones a round up to `max_seeds` per arm. Refuses a single arm, a seed budget below the first
-    round, non-integer seeds, a search sweeper (no fixed list of jobs)."""
-    if jobs is None:
+def plan_rounds(plan: Plan, verdict: VerdictConfig) -> list[list[int]]:
+    """The seeds of each round: the plan's seeds first, then `round_seeds` new ones a round up to `max_seeds` per
+    arm. Refuses a single arm, a seed budget below the first round, non-integer seeds, a search sweeper (no fixed
+    list of jobs)."""
+    if plan.jobs is None:
         raise GspoError("verdict.until=resolved needs Hydra's basic sweeper (a fixed list of jobs), not a search sweeper")
-    arms = {" ".join(t for t in job.split() if not t.startswith("seed=")) for job in jobs}
-    if len(arms) < 2:
+    if len(plan.arms) < 2:
         raise GspoError("verdict.until=resolved compares arms, but this sweep has one arm: sweep algo= (or another "
                         "key) over at least two values")
-    try:
-        first = sorted({int(t.split("=", 1)[1]) for job in jobs for t in job.split() if t.startswith("seed=")})
-    except ValueError:
-        raise GspoError("verdict.until=resolved needs integer seeds (seed=0,1,2)") from None
-    first = first or [0]
+    first = sorted(plan.int_seeds())
     if verdict.max_seeds < len(first):
         raise GspoError(f"verdict.max_seeds={verdict.max_seeds} is below the {len(first)} seeds per arm of the first "
                         f"round ({','.join(map(str, first))}): raise it, or give fewer seeds")
@@ -152,11 +147,6 @@ def plan_rounds(jobs: list[str] | None, verdict: VerdictConfig) -> list[list[int
         rounds.append(list(range(nxt, nxt + size)))
         nxt += size
     return rounds
-
-
-def preset_rounds(overrides: list[str], params: dict[str, str], verdict: VerdictConfig) -> list[list[int]]:
-    """`plan_rounds` of a preset sweep: its params under the command line's overrides."""
-    return plan_rounds(planned_jobs(overrides, params), verdict)
 
 
 @dataclass(frozen=True)

@@ -25,19 +25,18 @@ import re
 import secrets
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
 
 import typer
 
 from gspo.conf.errors import GspoError
-from gspo.conf.keys import bare_lists
-from gspo.conf.overrides import MULTIRUN, check_sweep_overrides, planned_jobs, swept_keys
+from gspo.conf.overrides import MULTIRUN
 from gspo.conf.schema import register_configs
-from gspo.study.arms import fold_equal_arms
 from gspo.study.job import hydra_job
 from gspo.study.launch import GIB_PER_JOB, check_launcher, jobs_at_once, launcher_overrides, threads
+from gspo.study.plan import Plan, make_plan
 from gspo.study.slurm import watched_slurm
 from gspo.study.watch import raw_errors, watched_loky, worker_died
 from gspo.trainer.run.sweepdir import (
@@ -56,45 +55,44 @@ QUIET = ["hydra.job.chdir=false", "hydra/job_logging=disabled", "hydra/hydra_log
 @dataclass
 class SweepCall:
     """How a sweep is asked for. `command`: "train", or "eval" (each job a `gspo eval` writing to <sweep dir>/<job>,
-    or its eval.run / eval.output). `preset_keys`, `preset_params`: a compare preset's swept keys and
-    hydra.sweeper.params (the plan of jobs). `report_hint`: print the report command at the end (not when the
-    caller writes the report itself, as `gspo compare` does). `again`: the command that resumes this sweep, as an
-    interruption prints it (default `gspo sweep <its overrides>`), with hydra.sweep.dir=`again_dir` (default: this
-    sweep's folder; an until=resolved round's: the experiment's). `at_once` (`gspo compare`): with no launcher
-    named, the launcher policy may run several jobs at once (study/launch.py)."""
+    or its eval.run / eval.output). `report_hint`: print the report command at the end (not when the caller writes
+    the report itself, as `gspo compare` does). `again`: the command that resumes this sweep, as an interruption
+    prints it (default `gspo sweep <its overrides>`), with hydra.sweep.dir=`again_dir` (default: this sweep's
+    folder; an until=resolved round's: the experiment's). `at_once` (`gspo compare`): with no launcher named, the
+    launcher policy may run several jobs at once (study/launch.py)."""
 
     command: str = "train"
-    preset_keys: tuple[str, ...] = ()
-    preset_params: dict[str, str] = field(default_factory=dict)
     report_hint: bool = True
     again: str | None = None
     at_once: bool = False
     again_dir: Path | None = None
 
 
-def run_sweep(args: list[str], call: SweepCall | None = None) -> Path:
-    """Run every job of the sweep; print where the runs are (and, `call.report_hint`, the report command).
-    Returns the sweep dir. A training sweep run again with the same folder (hydra.sweep.dir=) and overrides
-    resumes it: the sweep keeps its stamp (so its jobs' run ids), finished jobs are skipped, interrupted ones
-    resumed."""
+def run_sweep(args: list[str] | Plan, call: SweepCall | None = None) -> Path:
+    """Run every job of the sweep (its plan, or the command line's `args` planned here); print where the runs are
+    (and, `call.report_hint`, the report command). Returns the sweep dir. A training sweep run again with the same
+    folder (hydra.sweep.dir=) and overrides resumes it: the sweep keeps its stamp (so its jobs' run ids), finished
+    jobs are skipped, interrupted ones resumed."""
     call = call or SweepCall()
     register_configs()
-    overrides, resume = _checked(args, call)
+    plan = args if isinstance(args, Plan) else make_plan(args, call.command)
+    check_launcher(list(plan.overrides))
+    for note in plan.notes if plan is not args else ():  # a caller's plan: said where it was made
+        typer.echo(f"note: {note}", err=True)
     stamp = new_stamp()
-    given = [a.split("=", 1)[1] for a in overrides if a.startswith("hydra.sweep.dir=")]
-    sweep_dir = Path(sweep_folder(given[-1]) if given else f"results/sweeps/{stamp}")
-    overrides = [a for a in overrides if not a.startswith("hydra.sweep.dir=")] + ([f"hydra.sweep.dir={sweep_dir}"]
-                                                                                  if given else [])
+    given = plan.folder
+    sweep_dir = Path(sweep_folder(given) if given else f"results/sweeps/{stamp}")
+    overrides = [a for a in plan.overrides if not a.startswith("hydra.sweep.dir=")]
     if call.command == "train":
-        stamp = plan(sweep_dir, overrides, stamp, call.preset_params, resume=resume)
-    elif resume:
+        stamp = check_sweep_plan(sweep_dir, plan, overrides, stamp)
+    elif plan.resume:
         raise GspoError("resume= is for training runs: an eval sweep runs its evals again")
-    swept = tuple(dict.fromkeys([*call.preset_keys, *swept_keys(overrides)]))
-    write_launch(sweep_dir, Launch(call.command, stamp, swept))
-    launcher = _launcher(overrides, call)
-    sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides, *launcher]
-    head = call.again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
-                                                  and not a.startswith(("hydra.sweep.dir=", "resume=")))
+    write_launch(sweep_dir, Launch(call.command, stamp, plan.swept))
+    sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides,
+                *_launcher(plan, call)]
+    said = overrides if isinstance(args, Plan) else [a for a in args if a not in MULTIRUN]
+    head = call.again or "gspo sweep " + " ".join(quote(a) for a in said
+                                                    if not a.startswith(("hydra.sweep.dir=", "resume=")))
     _launch(call.command, f"{head} {quote(f'hydra.sweep.dir={call.again_dir or sweep_dir}')}")
     if call.command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
@@ -108,26 +106,12 @@ def run_sweep(args: list[str], call: SweepCall | None = None) -> Path:
     return sweep_dir
 
 
-def _checked(args: list[str], call: SweepCall) -> tuple[list[str], bool]:
-    """(the sweep's overrides, checked, arms that provably equal folded; whether resume= was given)."""
-    overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
-    resume = any(a.startswith("resume=") for a in overrides)
-    overrides = [a for a in overrides if not a.startswith("resume=")]
-    check_sweep_overrides(overrides, call.command)
-    check_launcher(overrides)
-    if call.command == "train":
-        overrides, folded = fold_equal_arms(overrides, call.preset_params)
-        for note in folded:
-            typer.echo(f"note: {note}", err=True)
-    return overrides, resume
-
-
-def _launcher(overrides: list[str], call: SweepCall) -> list[str]:
+def _launcher(plan: Plan, call: SweepCall) -> list[str]:
     """The launcher overrides the policy picks (study/launch.py): not in the sweep's plan, as how its jobs are laid
     out on the cores does not change them."""
     if not (call.at_once and call.command == "train"):
         return []
-    n = jobs_at_once(overrides, call.preset_params)
+    n = jobs_at_once(plan)
     if n > 1:
         typer.echo(f"sweep: {n} jobs at once, {threads(n)} torch thread(s) each (on CPU cores the embedded model's "
                    "runs finish sooner side by side; hydra/launcher=basic runs them one at a time)", err=True)
@@ -173,11 +157,12 @@ def sweep_folder(given: str) -> str:
     return folder
 
 
-def plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, str] | None, *, resume: bool) -> str:
-    """Write (or, for a sweep run again in its folder, check) <sweep dir>/sweep.json: the sweep's overrides,
-    stamp and planned jobs. Returns the stamp the jobs are named by: the first attempt's on a rerun."""
-    mine = [o for o in overrides if not o.startswith("hydra.sweep.dir=")]
-    new = {"overrides": mine, "params": params or {}, "stamp": stamp, "jobs": planned_jobs(overrides, params)}
+def check_sweep_plan(sweep_dir: Path, plan: Plan, mine: list[str], stamp: str) -> str:
+    """Write (or, for a sweep run again in its folder, check) <sweep dir>/sweep.json: the sweep's overrides
+    (`mine`: without its folder), params, stamp and planned jobs. Returns the stamp the jobs are named by: the first
+    attempt's on a rerun."""
+    new = {"overrides": mine, "params": dict(plan.params), "stamp": stamp,
+           "jobs": None if plan.jobs is None else list(plan.jobs)}
     old = read_sweep_plan(sweep_dir)  # a damaged sweep.json is one line naming it and the field
     if old is not None:
         if (old.get("overrides"), old.get("params") or {}) != (mine, new["params"]):
@@ -186,7 +171,7 @@ def plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, st
                             "to resume that one")
         typer.echo(f"sweep: resuming {sweep_dir} (finished jobs are skipped, interrupted ones resumed)", err=True)
         return old["stamp"]
-    if resume:
+    if plan.resume:
         raise GspoError(f"resume=true: {sweep_dir} holds no sweep to resume (no {SWEEP_PLAN}); a sweep resumes when "
                         "run again with the same overrides and hydra.sweep.dir=<its folder>")
     if (sweep_dir / SWEEP_RUNS).is_dir():

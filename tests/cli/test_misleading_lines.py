@@ -11,18 +11,19 @@ import pytest
 
 from gspo.conf.errors import GspoError
 from gspo.study import sweep
+from gspo.study.plan import Plan
 
 
 def test_a_rerun_under_another_launcher_names_it(tmp_path):
     first = ["algo=grpo,gspo", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    sweep.plan(tmp_path, first, "stamp", None, resume=False)
+    sweep.check_sweep_plan(tmp_path, Plan(tuple(first)), first, "stamp")
     with pytest.raises(GspoError) as e:
-        sweep.plan(tmp_path, ["algo=grpo,gspo"], "stamp2", None, resume=False)
+        sweep.check_sweep_plan(tmp_path, Plan(("algo=grpo,gspo",)), ["algo=grpo,gspo"], "stamp2")
     assert str(e.value) == (f"hydra.sweep.dir={tmp_path} holds another sweep (algo=grpo,gspo hydra/launcher=joblib "
                             "hydra.launcher.n_jobs=2; it ran with hydra/launcher=joblib hydra.launcher.n_jobs=2; another "
                             "launcher (hydra/launcher=joblib, hydra.launcher.n_jobs=2): a sweep resumes under the launcher "
                             "it started with): run this one in another folder, or the same overrides to resume that one")
-    assert sweep.plan(tmp_path, first, "stamp3", None, resume=False) == "stamp"  # the same launcher resumes
+    assert sweep.check_sweep_plan(tmp_path, Plan(tuple(first)), first, "stamp3") == "stamp"  # the same launcher resumes
 
 
 def test_the_read_only_run_hint_is_accepted(gspo, finished_run, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The study's policies (study/arms.py, study/eta.py, study/launch.py, study/rounds.py): arms folded by the algorithm
+"""The study's policies (study/plan.py fold_equal_arms, study/eta.py, study/launch.py, study/rounds.py): arms folded by the algorithm
 registry, the ETAs a sweep prints, and the registries a developer extends: a launcher policy and a stopping rule are
 each added in one file (this one: a throwaway of each, registered here, changes what the study does with no other
 file touched)."""
@@ -14,20 +14,20 @@ import pytest
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.study import launch, rounds
-from gspo.study.arms import fold_equal_arms
 from gspo.study.eta import early_eta, job_progress
+from gspo.study.plan import Plan, fold_equal_arms, make_plan
 
 
 def test_compare_folds_gspo_token_where_it_equals_gspo_and_refuses_on_policy():
     params = {"seed": "0,1,2", "algo": "grpo,gspo,gspo_token"}
-    overrides, notes = fold_equal_arms(["train.steps=5"], params)
-    assert overrides == ["train.steps=5", "algo=grpo,gspo"] and len(notes) == 1
-    assert "equals GSPO in value and gradient" in notes[0]
-    assert fold_equal_arms(["algo=gspo,gspo_token", "algo.advantage=step"], {}) == (
+    plan = make_plan(["train.steps=5"], params=params)
+    assert plan.overrides == ("train.steps=5", "algo=grpo,gspo") and len(plan.notes) == 1
+    assert "equals GSPO in value and gradient" in plan.notes[0] and plan.arms == ("algo=grpo", "algo=gspo")
+    assert fold_equal_arms(Plan(("algo=gspo,gspo_token", "algo.advantage=step"))) == (
         ["algo=gspo,gspo_token", "algo.advantage=step"], [])  # per-token credit: they differ
-    assert fold_equal_arms(["algo=grpo,gspo_token"], {})[1] == []
+    assert fold_equal_arms(Plan(("algo=grpo,gspo_token",)))[1] == []
     with pytest.raises(GspoError, match="train.minibatches=1 is on-policy"):
-        fold_equal_arms(["algo=grpo,gspo", "train.minibatches=1"], {})
+        make_plan(["algo=grpo,gspo", "++train.minibatches=1"])
 
 
 def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
@@ -63,13 +63,13 @@ def test_a_new_launcher_policy_is_one_function_and_one_registration(monkeypatch)
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # on a GPU the built-in policy has no opinion
     params = {"seed": "0,1,2", "algo": "grpo,gspo"}
-    assert launch.jobs_at_once(["+sweep=compare"], params) == 1
+    assert launch.jobs_at_once(make_plan(["+sweep=compare"], params=params)) == 1
     monkeypatch.setattr(launch, "POLICIES", list(launch.POLICIES))  # the test's registration is undone after it
     launch.register_policy("three_at_once", lambda m: 3 if m.jobs >= 3 and m.config.model.name == "tiny" else None)
-    assert launch.jobs_at_once(["+sweep=compare"], params) == 3
+    assert launch.jobs_at_once(make_plan(["+sweep=compare"], params=params)) == 3
     assert launch.launcher_overrides(3) == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=3"]
-    assert launch.jobs_at_once(["+sweep=compare", "seed=0", "algo=grpo,gspo"], {}) == 1  # 2 jobs: no opinion
-    assert launch.jobs_at_once(["+sweep=compare", "hydra/launcher=basic"], params) == 1  # a named launcher wins
+    assert launch.jobs_at_once(make_plan(["+sweep=compare", "seed=0", "algo=grpo,gspo"])) == 1  # 2 jobs: no opinion
+    assert launch.jobs_at_once(make_plan(["+sweep=compare", "hydra/launcher=basic"], params=params)) == 1  # named
     with pytest.raises(ValueError, match="registered already"):
         launch.register_policy("three_at_once", lambda m: None)
 

@@ -69,9 +69,13 @@ def cpu_only(monkeypatch):
 
 def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_elsewhere(cpu_only, monkeypatch):
     from gspo.study import launch as sweep
+    from gspo.study.plan import make_plan
     from gspo.study.presets import sweep_params
 
-    compare = ["+sweep=compare"], sweep_params("compare")  # 6 jobs: 2 algorithms x 3 seeds
+    def planned(overrides, params):
+        return (make_plan(overrides, params=params),)
+
+    compare = planned(["+sweep=compare"], sweep_params("compare"))  # 6 jobs: 2 algorithms x 3 seeds
     monkeypatch.setattr(sweep, "memory_gib", lambda: 64.0)  # the memory for 32 jobs, whatever this machine has
     cpu_only(2)
     assert sweep.jobs_at_once(*compare) == 2
@@ -79,13 +83,13 @@ def test_a_preset_runs_its_jobs_side_by_side_on_cpu_cores_and_one_at_a_time_else
     assert sweep.jobs_at_once(*compare) == 4
     cpu_only(64)
     assert sweep.jobs_at_once(*compare) == 6  # no more than the sweep has jobs
-    assert sweep.jobs_at_once(["+sweep=compare", "seed=0", "algo=gspo"], {}) == 1  # one job
+    assert sweep.jobs_at_once(*planned(["+sweep=compare", "seed=0", "algo=gspo"], {})) == 1  # one job
     cpu_only(1)
     assert sweep.jobs_at_once(*compare) == 1
     cpu_only(2)
-    assert sweep.jobs_at_once(["+sweep=compare", "hydra/launcher=basic"], compare[1]) == 1  # the user's launcher
-    assert sweep.jobs_at_once(["+sweep=compare", "device=cuda"], compare[1]) == 1
-    assert sweep.jobs_at_once(["+sweep=compare", "model=qwen3-0.6b"], compare[1]) == 1  # a hub model: one at a time
+    assert sweep.jobs_at_once(*planned(["+sweep=compare", "hydra/launcher=basic"], sweep_params("compare"))) == 1
+    assert sweep.jobs_at_once(*planned(["+sweep=compare", "device=cuda"], sweep_params("compare"))) == 1
+    assert sweep.jobs_at_once(*planned(["+sweep=compare", "model=qwen3-0.6b"], sweep_params("compare"))) == 1  # a hub model
     monkeypatch.setattr(sweep, "memory_gib", lambda: 3.0)
     assert sweep.jobs_at_once(*compare) == 1  # not the memory for two (2 GiB a job)
     import torch

@@ -11,21 +11,21 @@ import yaml
 from conftest import TINY
 
 from gspo.conf.errors import GspoError
-from gspo.study.presets import pick_preset, presets, swept_by
+from gspo.study.presets import pick_preset, presets, sweep_params
 
 
 def test_every_sweep_file_is_a_preset_and_compare_is_the_default():
     assert {"compare", "family", "family2026", "lr", "moe", "mismatch", "stability", "qwen3-0.6b", "qwen3-1.7b",
             "qwen3-0.6b-family"} <= set(presets())
-    assert swept_by("qwen3-0.6b") == ("seed", "algo")
-    assert swept_by("lr") == ("seed", "train.lr", "algo")
+    assert tuple(sweep_params("qwen3-0.6b")) == ("seed", "algo")
+    assert tuple(sweep_params("lr")) == ("seed", "train.lr", "algo")
     assert "gspo_token" not in presets()["compare"].split("params:")[1]
     assert pick_preset(["seed=0"]) == ("compare", ["seed=0"])
     assert pick_preset(["preset=moe", "seed=0"]) == ("moe", ["seed=0"])
-    assert swept_by("moe") == ("seed", "algo")
-    assert swept_by("mismatch") == ("algo", "algo.correction.kind", "seed")
-    assert swept_by("family") == ("seed", "algo")
-    assert swept_by("family2026") == ("seed", "algo")
+    assert tuple(sweep_params("moe")) == ("seed", "algo")
+    assert tuple(sweep_params("mismatch")) == ("algo", "algo.correction.kind", "seed")
+    assert tuple(sweep_params("family")) == ("seed", "algo")
+    assert tuple(sweep_params("family2026")) == ("seed", "algo")
 
 
 @pytest.mark.parametrize("given, hint", [("mo", "did you mean moe?"), ("stabilty", "did you mean stability?"),

@@ -11,13 +11,16 @@ from gspo.conf.schema import VerdictConfig
 from gspo.report import write_report
 from gspo.report.sequential import decide
 from gspo.report.stats import Interval, clip_to, paired_ci, sign_flip_p
+from gspo.study.plan import make_plan
 from gspo.study.presets import sweep_params
-from gspo.study.rounds import look, preset_rounds, round_lines
+from gspo.study.rounds import look, plan_rounds, round_lines
 
 
 def test_rounds_add_seeds_up_to_the_budget():
-    assert preset_rounds([], sweep_params("compare"), VerdictConfig()) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
-    assert preset_rounds(["seed=5,7"], sweep_params("compare"), VerdictConfig(max_seeds=5, round_seeds=2)) == [[5, 7], [8, 9], [10]]
+    compare = sweep_params("compare")
+    assert plan_rounds(make_plan([], params=compare), VerdictConfig()) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    assert plan_rounds(make_plan(["seed=5,7"], params=compare), VerdictConfig(max_seeds=5, round_seeds=2)) == [
+        [5, 7], [8, 9], [10]]
 
 
 def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):

@@ -10,61 +10,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from compare_stand_ins import compare_with, stand_ins_fixture  # noqa: F401 (the stand_ins fixture)
 
 from gspo.conf.errors import GspoError
-from gspo.conf.verdict import split_verdict
-from gspo.study import compare, until
-
-
-@pytest.fixture
-def stand_ins(monkeypatch, tmp_path):
-    """compare_until with its sweeps, looks and report stood in for; returns what they were asked."""
-    import gspo.study.compare
-
-    asked = SimpleNamespace(sweeps=[], report=None)
-
-    def run_sweep(args, call):
-        folder = Path(next(a for a in args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
-        (folder / "runs").mkdir(parents=True, exist_ok=True)
-        asked.sweeps.append((folder, call))
-        return folder
-
-    def look(dirs, metric, effect, seen, max_seeds, spending, last):
-        return SimpleNamespace(seeds=seen[-1], level=0.01 * len(dirs), settled=False, diffs=[])
-
-    monkeypatch.setattr(gspo.study.compare, "run_sweep", run_sweep)
-    monkeypatch.setattr(gspo.study.compare, "look", look)
-    monkeypatch.setattr(gspo.study.compare, "round_lines", lambda looks, *a: [f"{len(looks)} rounds"])
-    monkeypatch.setattr(gspo.study.compare, "write_report", lambda dirs, out, **kw: setattr(asked, "report", (dirs, kw)))
-    monkeypatch.chdir(tmp_path)
-    return asked
+from gspo.study import until
 
 
 def _until(*overrides: str) -> None:
-    args = ["verdict.until=resolved", "verdict.max_seeds=4", "verdict.round_seeds=2", "seed=0,1", *overrides]
-    verdict, rest = split_verdict(args)
-    compare.compare_until("compare", rest, verdict, "gspo compare " + " ".join(args),
-                          compare.again_command(args))
+    compare_with(*overrides)
 
 
 def test_the_design_is_fixed_at_the_first_look_and_every_look_is_kept(stand_ins, tmp_path):
     _until("hydra.sweep.dir=u")
     record = json.loads((tmp_path / "u" / "sequential.json").read_text())
     assert [(lk["round"], lk["seeds"]) for lk in record["looks"]] == [(1, 2), (2, 4)]
-    assert record["design"]["arms"] == ["algo=grpo", "algo=gspo"] and record["design"]["verdict.max_seeds"] == 4
-    assert record["design"]["config"]["algo=gspo"]["train.lr"] == 0.0001
+    plan = json.loads((tmp_path / "u" / "plan.json").read_text())  # registered before the first round
+    assert list(plan["arms"]) == ["algo=grpo", "algo=gspo"] and plan["stop"]["verdict.max_seeds"] == 4
+    assert plan["arms"]["algo=gspo"]["train.lr"] == 0.0001 and plan["ended"] == {"looks": 2, "stop": "seeds"}
     _until("hydra.sweep.dir=u")  # the same command again: its looks are appended, none overwritten
     record = json.loads((tmp_path / "u" / "sequential.json").read_text())
-    assert [lk["round"] for lk in record["looks"]] == [1, 2, 1, 2] and record["page"]["lines"] == ["2 rounds"]
-    for changed, said in (("train.lr=5e-4", "train.lr=0.0001 -> 0.0005 in arm algo=grpo"),
-                          ("verdict.max_seeds=6", "verdict.max_seeds=4 -> 6")):
-        with pytest.raises(GspoError) as e:
-            _until("hydra.sweep.dir=u", changed)
-        assert f"u is an until=resolved experiment whose design was fixed at its first look; this command changes it " \
-               f"({said})" in str(e.value)
+    assert [lk["round"] for lk in record["looks"]] == [1, 2, 1, 2] and record["page"]["lines"] == ["2 rounds, seeds"]
+    with pytest.raises(GspoError) as e:
+        _until("hydra.sweep.dir=u", "train.lr=5e-4")
+    assert str(e.value).startswith("u holds a registered plan (plan.json, gspo ")
+    assert "that this command changes: train.lr=0.0001 -> 0.0005; rerun it as registered" in str(e.value)
+    with pytest.raises(GspoError, match=r"u: the experiment ended at look 2 \(seeds budget spent"):
+        _until("hydra.sweep.dir=u", "verdict.max_seeds=6")
     assert len(json.loads((tmp_path / "u" / "sequential.json").read_text())["looks"]) == 4
 
 
@@ -106,7 +79,7 @@ def test_report_of_an_until_folder_gives_its_page(stand_ins, tmp_path, monkeypat
     result = CliRunner().invoke(app, ["report", "u"])
     assert result.exit_code == 0, (result.output, result.exception)
     dirs, kw = stand_ins.report
-    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds"] and kw["primary"] is None
+    assert dirs == [Path("u/round-1"), Path("u/round-2")] and kw["rounds"] == ["2 rounds, seeds"] and kw["primary"] is None
     _until("hydra.sweep.dir=v", "verdict.primary=reward/mean")  # the page's primary is the score the rounds answered
     assert CliRunner().invoke(app, ["report", "v"]).exit_code == 0 and stand_ins.report[1]["primary"] == "reward/mean"
     other = CliRunner().invoke(app, ["report", "v", "--primary", "eval/arith/accuracy"], env={"COLUMNS": "200"})
@@ -119,11 +92,14 @@ def test_a_record_from_before_verdict_primary_resumes_and_a_changed_primary_is_r
     """results/until-lr5e-4/sequential.json records `verdict.metric` (the key's name before verdict.primary): the
     same command resumes it; naming another primary score changes the design the boundaries were planned for."""
     _until("hydra.sweep.dir=u")
-    path = tmp_path / "u" / "sequential.json"
-    record = json.loads(path.read_text())
-    record["design"]["verdict.metric"] = record["design"].pop("verdict.primary")
+    path, registered = tmp_path / "u" / "sequential.json", tmp_path / "u" / "plan.json"
+    plan, record = json.loads(registered.read_text()), json.loads(path.read_text())
+    registered.unlink()  # an older gspo's experiment: its design in sequential.json, no plan.json
+    record["design"] = {"arms": list(plan["arms"]), "config": plan["arms"], "rounds": [[0, 1], [2, 3]],
+                        "verdict.max_seeds": 4, "verdict.round_seeds": 2, "verdict.spending": "obrien_fleming",
+                        "verdict.effect": 0.02, "verdict.metric": None}
     path.write_text(json.dumps(record))
-    _until("hydra.sweep.dir=u")
-    assert len(json.loads(path.read_text())["looks"]) == 4
     with pytest.raises(GspoError, match=r'verdict.primary=null -> "reward/mean"'):
         _until("hydra.sweep.dir=u", "verdict.primary=reward/mean")
+    _until("hydra.sweep.dir=u")
+    assert len(json.loads(path.read_text())["looks"]) == 4 and registered.is_file()  # registered from now on

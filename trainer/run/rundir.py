@@ -271,7 +271,7 @@ class RunDir:
         return {
             "run_id": self.path.name, "started": _now(), "started_unix": time.time(),
             "host": socket.gethostname(), "cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
-            "versions": {"gspo": _gspo_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+            "versions": {"gspo": gspo_version(), "torch": torch.__version__, "transformers": transformers.__version__},
             "command": " ".join(sys.argv),
         }
 
@@ -476,7 +476,7 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _gspo_version() -> str:
+def gspo_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:

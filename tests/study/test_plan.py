@@ -1,0 +1,146 @@
+"""The experiment's plan (study/plan.py), each case of issue 56 with no training: every Hydra form of the seed plans
+each (arm, seed) once (seen: `++seed=0,1` on the compare preset planned 12 jobs of 2 arms x 3 seeds x 2); a rerun
+whose preset or defaults changed is refused naming each change (seen: the job not yet started trained under the
+edited preset); seeds added to a finished plan run as its next round, and only those; an until into a plain
+compare's folder is refused (seen: accepted, hiding the compare from its report); an until ended by its time
+budget reruns its page, never a new round (seen: a larger budget went on spending alpha); a `--primary` other than
+the registered one is post hoc on the page (seen: "[primary] resolved"); a copied run is one seed, not two."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from compare_stand_ins import compare_with, stand_ins_fixture  # noqa: F401 (the stand_ins fixture)
+from report_runs import fake_run
+from typer.testing import CliRunner
+
+from gspo.conf.errors import GspoError
+from gspo.report import write_report
+from gspo.study.plan import make_plan, report_plan, write_plan
+from gspo.study.presets import sweep_params
+from gspo.trainer.run.sweepdir import write_job_record, write_sweep_plan
+
+
+@pytest.mark.parametrize("seeds", ["++seed=0,1", "+seed=range(0,2)", "seed=5 ++seed=0,1"])
+def test_every_hydra_form_of_the_seed_plans_each_arm_and_seed_once(seeds):
+    plan = make_plan(["+sweep=compare", *seeds.split()], preset="compare", params=sweep_params("compare"))
+    assert plan.jobs == ("seed=0 algo=grpo", "seed=0 algo=gspo", "seed=1 algo=grpo", "seed=1 algo=gspo")
+    assert plan.arms == ("algo=grpo", "algo=gspo") and plan.seeds == ("0", "1")
+    assert [o.split("=")[0] for o in plan.overrides] == ["+sweep", "seed"]  # what Hydra is handed: the seed once
+
+
+def test_a_plan_whose_preset_or_defaults_changed_is_refused_naming_each_change(stand_ins, tmp_path):
+    compare_with("hydra.sweep.dir=c", until=False)
+    path = tmp_path / "c" / "plan.json"
+    registered = json.loads(path.read_text())
+    assert registered["seeds"] == ["0", "1"] and registered["comparisons"] == ["algo=gspo vs algo=grpo"]
+    for arm in registered["arms"].values():  # as if the preset had said 30 steps when the plan was registered
+        arm["train.steps"] = 30
+    registered["arms"]["algo=grpo"]["algo.clip_high"] = 0.3  # and an older default of GRPO's
+    path.write_text(json.dumps(registered))
+    with pytest.raises(GspoError) as e:
+        compare_with("hydra.sweep.dir=c", until=False)
+    assert str(e.value).startswith("c holds a registered plan (plan.json, gspo ")
+    assert str(e.value).endswith("that this command changes: algo.clip_high=0.3 -> 0.27 in arm algo=grpo; "
+                                 "train.steps=30 -> 20; rerun it as registered to resume it, or start another "
+                                 "hydra.sweep.dir=")
+    assert [f.name for f, _ in stand_ins.sweeps] == ["c"]  # nothing ran under the changed plan
+
+
+def test_seeds_added_to_a_finished_plan_run_as_its_next_round_only(stand_ins, tmp_path):
+    compare_with("hydra.sweep.dir=c", until=False)
+    compare_with("hydra.sweep.dir=c", "seed=0,1,2,3", until=False)
+    assert [str(f) for f, _ in stand_ins.sweeps] == ["c", "c/round-2"]
+    assert stand_ins.plans[-1].seeds == ("2", "3") and len(stand_ins.plans[-1].jobs) == 4  # the new seeds alone
+    dirs, kw = stand_ins.report
+    assert dirs == [Path("c"), Path("c/round-2")] and kw["rounds"][0].startswith(
+        "Seeds 2,3 were added to the registered plan as its next round(s) after seeds 0,1 had been seen")
+    registered = json.loads((tmp_path / "c" / "plan.json").read_text())
+    assert registered["seeds"] == ["0", "1", "2", "3"] and registered["rounds"] == [["0", "1"], ["2", "3"]]
+    compare_with("hydra.sweep.dir=c", "seed=0,1,2,3", until=False)  # the same again: round 2 resumed, c never rerun
+    assert [f.name for f, _ in stand_ins.sweeps] == ["c", "round-2", "round-2"]
+    with pytest.raises(GspoError) as e:
+        compare_with("hydra.sweep.dir=c", "seed=0,1,2,3,4", "train.lr=5e-4", until=False)
+    assert "changes: train.lr=0.0001 -> 0.0005; new seeds 4; to add seeds, give the registered seeds and the new " \
+           "ones (seed=0,1,2,3,4) with nothing else changed: they run as the plan's next round" in str(e.value)
+    write_sweep_plan(tmp_path / "c" / "round-2", {"overrides": [], "stamp": "s", "jobs": ["seed=2 algo=grpo"]})
+    with pytest.raises(GspoError, match=r"c: new seeds 4 join a finished plan as its next round, and this one has "
+                                        r"not finished \(.*job 0 \(seed=2 algo=grpo\) never ran"):
+        compare_with("hydra.sweep.dir=c", "seed=0,1,2,3,4", until=False)
+
+
+def test_an_until_into_a_plain_compares_folder_is_refused(stand_ins, tmp_path):
+    compare_with("hydra.sweep.dir=c", until=False)
+    with pytest.raises(GspoError, match=r'c holds a registered plan .*changes: verdict.until="none" -> "resolved"'):
+        compare_with("hydra.sweep.dir=c")
+    (tmp_path / "old" / "runs").mkdir(parents=True)  # an older gspo's compare: runs, no plan.json
+    with pytest.raises(GspoError) as e:
+        compare_with("hydra.sweep.dir=old")
+    assert str(e.value) == ("old holds a plain compare (its runs, no until record): an until=resolved experiment there "
+                            "would hide it from its report; start it in another hydra.sweep.dir=")
+    assert [f.name for f, _ in stand_ins.sweeps] == ["c"]
+
+
+def test_an_until_ended_by_its_time_budget_reruns_its_page_and_never_a_new_round(stand_ins, tmp_path):
+    compare_with("hydra.sweep.dir=u", "verdict.max_minutes=1e-9")  # spent once the first round is in
+    assert json.loads((tmp_path / "u" / "plan.json").read_text())["ended"] == {"looks": 1, "stop": "time"}
+    compare_with("hydra.sweep.dir=u", "verdict.max_minutes=1e-9")
+    assert [f.name for f, _ in stand_ins.sweeps] == ["round-1", "round-1"] and stand_ins.report[1]["rounds"] == [
+        "1 rounds, time"]
+    with pytest.raises(GspoError) as e:
+        compare_with("hydra.sweep.dir=u", "verdict.max_minutes=60")
+    assert str(e.value) == ("u: the experiment ended at look 1 (time budget spent: that look spent the rest of alpha), "
+                            "so a larger budget cannot add looks to it; start a new experiment with its own seeds in "
+                            "another hydra.sweep.dir= (the same command reruns its page)")
+
+
+def _sweep_of_fake_runs(root: Path, primary: str | None) -> Path:
+    """A compare's folder as gspo writes it (job records, sweep.json, plan.json), of runs written by hand: GSPO's
+    held-out accuracy and training reward well above GRPO's at every seed."""
+    sweep = root / "sweep"
+    runs = [fake_run(root / "runs", algo, s, level=0.5 if algo == "grpo" else 0.9)
+            for s in range(4) for algo in ("grpo", "gspo")]
+    for num, run in enumerate(runs):
+        write_job_record(sweep, num, {"run_dir": str(run)})
+    write_sweep_plan(sweep, {"overrides": [], "stamp": "s", "jobs": []})
+    (sweep / "plan.json").write_text(json.dumps({"arms": {}, "seeds": [], "stop": {"until": "none"},
+                                                 "rounds": [[]], "primary": primary}))
+    return sweep
+
+
+def test_a_primary_other_than_the_registered_one_is_post_hoc_never_resolved(tmp_path):
+    from gspo.cli.main import app
+
+    sweep = _sweep_of_fake_runs(tmp_path, primary=None)
+    args = ["report", str(sweep), "--wandb", "disabled"]
+    result = CliRunner().invoke(app, [*args, "--primary", "reward/mean"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    first = result.stdout.split("verdict:\n", 1)[1].splitlines()[0]
+    assert first.startswith("  training reward [primary, post hoc]: GSPO - GRPO = +")
+    assert "post hoc: this primary score was chosen after the runs" in first and "resolved (" not in first
+    assert "chosen at report time (--primary), not the one the experiment's plan registered" in \
+        (sweep / "report" / "report.md").read_text()
+    registered = CliRunner().invoke(app, [*args, "--primary", "eval/arith/accuracy"], env={"COLUMNS": "200"})
+    assert registered.stdout.split("verdict:\n", 1)[1].splitlines()[0].startswith(
+        "  held-out accuracy [primary]: GSPO - GRPO")  # the registered primary, named: no post hoc
+
+
+def test_a_copied_run_is_one_seed_not_two(tmp_path):
+    runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in range(2)]
+    copy = tmp_path / "elsewhere" / "gspo-copy"
+    shutil.copytree(runs[-1], copy)
+    report = write_report([*runs, copy], tmp_path / "out", wandb="disabled")
+    assert list(report.headline["n"]) == [2, 2]
+    assert f"{copy}: the same arm and seed as {runs[-1]} (a copy): counted once" in report.notes
+
+
+def test_report_reads_a_plans_rounds_and_its_registered_primary(tmp_path):
+    write_plan(tmp_path / "c", {"arms": {}, "seeds": ["0", "1", "2"], "stop": {"until": "none"},
+                                "rounds": [["0", "1"], ["2"]], "primary": "reward/mean"})
+    assert report_plan([tmp_path / "c"]) == ([tmp_path / "c", tmp_path / "c" / "round-2"], ("reward/mean",))
+    (tmp_path / "old" / "runs").mkdir(parents=True)  # an older gspo's sweep: compare's default primary
+    assert report_plan([tmp_path / "old"]) == ([tmp_path / "old"], (None,))
+    assert report_plan([tmp_path / "a-run"]) == ([tmp_path / "a-run"], ())  # runs named one by one: no plan
