@@ -43,7 +43,7 @@ from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
 from gspo.report.noise import which_objective
 from gspo.report.page import Block, to_html, to_markdown
-from gspo.report.plots import forest, key_grid, sensitivity, write_plots
+from gspo.report.plots import forest, key_grid, sensitivity, time_note, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
 from gspo.report.sections import Page, sections
 from gspo.report.stats import mean_ci
@@ -116,7 +116,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     figures, front_files = _figures(arms, heads, diffs, shown, first, compared, out_dir, smooth)
     front += figures
     plots = write_plots(arms, task, out_dir, progress)
-    notes = _notes(runs, notes + final_notes(runs, heads)) + timing
+    notes = _notes(runs, notes + final_notes(runs, heads)) + timing + [n for n in [time_note(arms)] if n]
     blocks = front + sections(Page(runs, arms, heads, diffs, keys, command, notes, plots))
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
