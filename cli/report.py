@@ -64,7 +64,8 @@ def report_cmd(
         out = paths[0] / "report" if one_sweep else Path("results/reports") / time.strftime("%Y%m%d-%H%M%S")
     command = (f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
                + (f" --primary {primary}" if primary else ""))
-    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect,
+    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth,
+              "say": lambda m: typer.echo(m, err=True), "effect": effect,
               "primary": primary}
     if not separate:
         kwargs |= rounds

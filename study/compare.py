@@ -33,6 +33,10 @@ def preset_call(name: str, again: str, again_dir: Path | None = None) -> SweepCa
                      again=again, again_dir=again_dir)
 
 
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
 def task_of(name: str, rest: list[str]) -> str:
     """The task preset `name`'s first job trains on, under the command line's overrides."""
     return compose_config(first_job([f"+sweep={name}", *rest])).task.name
@@ -47,7 +51,7 @@ def compare(name: str, rest: list[str], verdict: VerdictConfig, overrides: list[
     if verdict.until == Until.RESOLVED:
         return compare_until(name, rest, verdict, command, again_command(overrides))
     sweep_dir = run_sweep([f"+sweep={name}", *rest], preset_call(name, again_command(overrides)))
-    return write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(),
+    return write_report([sweep_dir], sweep_dir / "report", command=command, progress=sys.stderr.isatty(), say=_say,
                         effect=verdict.effect, primary=verdict.primary)
 
 
@@ -82,5 +86,5 @@ def compare_until(name: str, rest: list[str], verdict: VerdictConfig, command: s
                          "levels": [lk.level for lk in done.looks], "stop": done.stop,
                          "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
-    return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
+    return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
                         effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential)
