@@ -10,12 +10,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = ("*.md", "*.txt", "*.json", "*.csv")
-FIGURE = re.compile(r"(?<![\w.])[-+]?\d*\.\d{2,}(?![\w.])")  # 0.704, -0.131, 0.00055: not 1e-4, not 2026-11-28
+FIGURE = re.compile(r"(?<![\w.])[-+]?\d*\.\d{2,}(?!\w|\.\d)")  # 0.704, -0.131, 0.00055: not 1e-4, not 2026-11-28
 
 
 def _page_text(page: str) -> str:
     folder = ROOT / "results" / page
     return " ".join(f.read_text(errors="replace") for pattern in TEXT for f in folder.glob(pattern))
+
+
+def _holds(text: str, figure: str) -> bool:
+    """Whether `text` has a number that `figure` quotes: as written, or rounded to its decimals (0.698 for 0.69812)."""
+    figure = figure.lstrip("+-")
+    decimals = len(figure.split(".")[1])
+    return any(f"{abs(float(n)):.{decimals}f}" == figure for n in re.findall(r"\d*\.\d+", text))
 
 
 def unsourced(text: str) -> list[tuple[str, list[str]]]:
@@ -29,7 +36,7 @@ def unsourced(text: str) -> list[tuple[str, list[str]]]:
             continue
         page = pages.pop()
         held = _page_text(page)
-        quoted = [f for f in FIGURE.findall(para) if f.lstrip("+-") not in held]
+        quoted = [f for f in FIGURE.findall(para) if not _holds(held, f)]
         quoted += [d for d in re.findall(r"regenerated\s+(\d{4}-\d\d-\d\d)", para) if d not in held]
         if quoted:
             found.append((page, quoted))
