@@ -77,8 +77,8 @@ def _md_table(table: pd.DataFrame) -> str:
 STYLE = ("body{font-family:sans-serif;max-width:1180px;margin:1em auto;padding:0 1em;color:#222}"
          "h1{margin:.2em 0;font-size:1.6em}#verdict{margin:.3em 0 .5em;padding-left:1.2em;line-height:1.35}"
          "#verdict li{margin:.1em 0}figure{margin:.3em 0}details{margin:.5em 0}summary{cursor:pointer}"
-         "table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto;font-size:.85em}"
-         "td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}th{max-width:8em;overflow-wrap:break-word}"
+         "table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto;font-size:.82em}"
+         "td,th{border:1px solid #ccc;padding:2px 4px;text-align:right}th{max-width:8em;overflow-wrap:break-word}"
          "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
          "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}pre{background:#f6f6f6;padding:.5em}"
          "code{background:#f3f3f3;padding:0 .2em}")
