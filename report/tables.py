@@ -313,9 +313,12 @@ def fmt_effect(effect: float) -> str:
 
 
 def status_table(arms: list[Arm]) -> pd.DataFrame:
+    """One row per run: its state, and where it ran (the Slurm jobs, for runs made on a cluster)."""
+    slurm = any(r.status.get("slurm_jobs") for arm in arms for r in arm.runs)
     rows = [{"run": r.run_id, "arm": arm.label, "seed": r.config.get("seed"), "status": r.status.get("status", "unknown"),
              "step": r.last_step, "of steps": r.config.get("train.steps"), "wall_s": r.status.get("wall_s"),
-             "load (max)": load_text(r)}
+             "load (max)": load_text(r)} | ({"slurm job": " ".join(r.status.get("slurm_jobs") or []) or "-",
+                                             "host": r.status.get("host")} if slurm else {})
             for arm in arms for r in arm.runs]
     return pd.DataFrame(rows)
 

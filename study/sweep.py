@@ -38,6 +38,7 @@ from gspo.conf.schema import register_configs
 from gspo.study.arms import fold_equal_arms
 from gspo.study.job import hydra_job
 from gspo.study.launch import GIB_PER_JOB, check_launcher, jobs_at_once, launcher_overrides, threads
+from gspo.study.slurm import watched_slurm
 from gspo.study.watch import raw_errors, watched_loky, worker_died
 from gspo.trainer.run.loggers import sweep_note
 from gspo.trainer.run.sweepdir import (
@@ -139,9 +140,10 @@ def _launcher(overrides: list[str], call: SweepCall) -> list[str]:
 def _launch(command: str, resume_line: str) -> None:
     """Hydra's multirun of sys.argv; an interruption or a killed worker said in one line with `resume_line`."""
     watched_loky()  # before any worker starts: each watches this process from its birth
-    joblib_jobs = any("joblib" in a for a in sys.argv if a.startswith("hydra/launcher="))
+    watched_slurm()  # Slurm jobs' states said as they change; a job Slurm killed is one line (study/slurm.py)
+    named = [a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra/launcher=")]
     try:
-        with raw_errors(joblib_jobs):
+        with raw_errors(any(n.startswith(("joblib", "slurm")) for n in named)):
             hydra_job()
     except KeyboardInterrupt:
         if command == "train":
