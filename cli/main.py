@@ -74,9 +74,9 @@ def train(
     cfg_alone = "--cfg" in args and args[args.index("--cfg") + 1 : args.index("--cfg") + 2] not in (["job"], ["hydra"], ["all"])
     if not cfg_alone and any(a in INFO_FLAGS for a in args):
         from gspo.conf.overrides import check_sweep_overrides
-        from gspo.study.sweep import run_hydra_flags
 
         check_sweep_overrides([a for a in args if "=" in a and not a.startswith("-")])  # one line, not Hydra's many
+        from gspo.study.sweep import run_hydra_flags  # torch: once the overrides compose
 
         run_hydra_flags(args)
         return
