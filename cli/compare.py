@@ -22,15 +22,19 @@ import typer
 
 from gspo.cli.errors import user_errors
 from gspo.conf.verdict import split_verdict
-from gspo.study.presets import pick_preset, sweep_params
+from gspo.study.presets import pick_preset, presets, sweep_params
+
+# the whole list, words apart, so the terminal wraps it at any width (one long token was cut at 80 and 120 columns)
+EPILOG = ("Presets (preset=NAME): " + ", ".join(sorted(presets())) + ". --cfg job prints every job of the grid with "
+          "the resolved keys the jobs differ in, --cfg all also the first job whole; neither runs anything.")
 
 
 @user_errors
 def compare_cmd(
-    overrides: list[str] = typer.Argument(None, help="preset=compare|lr|family|family2026|moe|mismatch|stability|"
-                                          "qwen3-0.6b|qwen3-1.7b|qwen3-0.6b-family, then Hydra overrides on top of "
-                                          "it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3; "
-                                          "verdict.until=resolved verdict.max_seeds=12 adds seeds until it knows"),
+    overrides: list[str] = typer.Argument(None, help="preset=NAME (the presets are listed below), then Hydra overrides "
+                                          "on top of it, e.g. model=qwen3-0.6b task=math seed=0,1,2,3; "
+                                          "verdict.until=resolved verdict.max_seeds=12 adds seeds until it knows; "
+                                          "--cfg job|all prints the grid"),
 ) -> None:
     """Run a comparison preset (default: GRPO and GSPO, 3 seeds, 20 steps on the embedded default;
     preset=lr: both at five learning rates, where each collapses; preset=family: GRPO, DAPO, Dr. GRPO, GSPO,
@@ -39,8 +43,14 @@ def compare_cmd(
     verdict.until=resolved: seeds added in rounds until each verdict is resolved or shown equivalent
     (group-sequential), or verdict.max_seeds / verdict.max_minutes is spent."""
     overrides = list(overrides or [])
+    from gspo.study.grid import cfg_mode, grid_text
+
+    mode, overrides = cfg_mode(overrides)
     name, rest = pick_preset(overrides)
     verdict, rest = split_verdict(rest)
+    if mode is not None:
+        typer.echo(grid_text(name, rest, mode), nl=False)
+        return
     from gspo.cli.fetch import check_offline_plan
     from gspo.study.plan import make_plan
 

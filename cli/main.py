@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import typer
 
-from gspo.cli.compare import compare_cmd
+from gspo.cli.compare import EPILOG, compare_cmd
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
 from gspo.conf.errors import GspoError, is_rank0, one_line_errors
@@ -73,7 +73,10 @@ def train(
         return
     cfg_alone = "--cfg" in args and args[args.index("--cfg") + 1 : args.index("--cfg") + 2] not in (["job"], ["hydra"], ["all"])
     if not cfg_alone and any(a in INFO_FLAGS for a in args):
-        from gspo.study.sweep import run_hydra_flags
+        from gspo.conf.overrides import check_sweep_overrides
+
+        check_sweep_overrides([a for a in args if "=" in a and not a.startswith("-")])  # one line, not Hydra's many
+        from gspo.study.sweep import run_hydra_flags  # torch: once the overrides compose
 
         run_hydra_flags(args)
         return
@@ -144,7 +147,7 @@ def sweep(
 
 
 app.command("report")(report_cmd)
-app.command("compare", context_settings=EXTRA)(compare_cmd)
+app.command("compare", context_settings=EXTRA, epilog=EPILOG)(compare_cmd)
 
 
 @app.command("fetch", context_settings=EXTRA)

@@ -66,8 +66,8 @@ def report_cmd(
         paths, registered = report_plan(paths)
     command = (f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
                + (f" --primary {primary}" if primary else ""))
-    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth, "effect": effect,
-              "primary": primary, "registered": registered}
+    kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth,
+              "say": lambda m: typer.echo(m, err=True), "effect": effect, "primary": primary, "registered": registered}
     if not separate:
         kwargs |= rounds
         print_report(write_report(paths, out, **kwargs))

@@ -64,9 +64,11 @@ def choice_error(key: str, value: object, valid: tuple[str, ...] | list[str]) ->
 
 
 def near_hint(value: object, valid: tuple[str, ...] | list[str]) -> str:
-    """" (did you mean X?)" for the closest of `valid` to a near miss, else ""."""
-    near = difflib.get_close_matches(str(value), list(valid), n=1, cutoff=0.6)
-    return f" (did you mean {near[0]}?)" if near else ""
+    """" (did you mean X?)" for the closest of `valid` to a near miss, else "". Case does not count as a miss:
+    `GSPO` is near `gspo` (difflib alone scores them 0)."""
+    folded = {str(v).lower(): str(v) for v in valid}
+    near = difflib.get_close_matches(str(value).lower(), list(folded), n=1, cutoff=0.6)
+    return f" (did you mean {folded[near[0]]}?)" if near else ""
 
 
 def check_choice(key: str, value: object, valid: tuple[str, ...] | list[str]) -> None:

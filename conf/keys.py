@@ -48,7 +48,8 @@ def unknown_key(key: str, value: str | None = None) -> str:
     if free_form(parent):
         assigned = f"+{key}={value}" if value is not None else f"+{key}=..."
         return f"{key}: no such key in the config yet; {parent} takes new keys with a leading +: {assigned}"
-    near = difflib.get_close_matches(key, schema_keys(), n=1, cutoff=0.8)
+    folded = {k.lower(): k for k in schema_keys()}  # case is no miss: Train.LR is train.lr
+    near = [folded[n] for n in difflib.get_close_matches(key.lower(), list(folded), n=1, cutoff=0.8)]
     hint = f"did you mean {near[0]}?" if near else "gspo train --cfg lists the keys"
     return f"{key}: no such key in the config ({hint})"
 

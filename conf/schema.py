@@ -123,6 +123,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory vLLM may take
     tensor_parallel_size: int = 1  # vllm: GPUs one model is split over
     vllm_dtype: str = "auto"  # vllm: its weights' dtype (auto: the model's)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the tokenizer's chat template where model.chat_template is on, e.g. {enable_thinking: false} for Qwen3 (verl: data.apply_chat_template_kwargs)
     vllm_sleep: bool | None = None  # free vLLM's GPU memory (sleep level 1) from each rollout to the next weight sync; None: where the platform has a sleep mode (GPUs), not on the CPU
     vllm_eager: bool | None = None  # vllm: no torch.compile / CUDA graphs; None: eager on the CPU (compiling costs ~50 s of start-up there), compiled on GPUs
     vllm_sync: str = "auto"  # vllm weight sync: load_weights (the model's own loader, in place; GPUs), reload (vLLM's layerwise reload, which re-processes repacked CPU weights); auto: reload on the CPU, load_weights elsewhere

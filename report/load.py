@@ -6,7 +6,8 @@ A time per step measures the machine as much as the algorithm: on a shared 2-cor
 the test suite ran 4.7 s/step against 0.8 s alone. A run is `loaded` when its highest load exceeds
 HIGH_LOAD times its CPUs (a run's own threads count about once per core, so a quiet machine running it
 sits near 1x); its times (time/*, throughput/*) are then blanked before arms are compared, and the page
-says which runs and why. Runs that recorded no load (older runs) keep their times, said once.
+says which runs and why. Runs that recorded no load (older runs) keep their times, said once. The plots and the
+eval's cost still show the times as recorded (`as_recorded`), under words that say the load (`load_words`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def without_loaded_times(runs: list[Run]) -> tuple[list[Run], list[str]]:
         if loaded(r) and cols:
             m = r.metrics.copy()
             m[cols] = math.nan
-            out.append(dataclasses.replace(r, metrics=m))
+            out.append(dataclasses.replace(r, metrics=m, recorded=r.metrics))
             said.append(f"{r.run_id}: its per-step times are left out of the comparison: it ran under a load of "
                         f"{load_of(r):.1f} on {r.status.get('cpus')} CPUs (above {HIGH_LOAD}x), so they measure "
                         "the machine, not the algorithm")
@@ -56,3 +57,19 @@ def without_loaded_times(runs: list[Run]) -> tuple[list[Run], list[str]]:
         said.append("per-step times of runs that recorded no load average (written before gspo recorded it) are "
                     "shown as measured: the load they ran under is unknown")
     return out, said
+
+
+def as_recorded(run: Run) -> Run:
+    """The run with its times as it recorded them (undoing `without_loaded_times`), for plots that say the load."""
+    return run if run.recorded is None else dataclasses.replace(run, metrics=run.recorded, recorded=None)
+
+
+def load_words(runs: list[Run]) -> str:
+    """`recorded at a load of up to 12.3 on 2 CPUs (above 1.5x: the machine's times, not the algorithm's)` where any
+    run ran loaded, else "" (quiet runs' times need no words)."""
+    busy = [r for r in runs if loaded(r)]
+    if not busy:
+        return ""
+    top = max(busy, key=load_of)
+    return (f"recorded at a load of up to {load_of(top):.1f} on {top.status.get('cpus')} CPUs (above {HIGH_LOAD}x "
+            "per CPU: the machine's times, not the algorithm's)")

@@ -21,6 +21,7 @@ import pandas as pd
 import gspo.vocab.metrics as M
 from gspo.report.arms import Arm
 from gspo.report.heldout import Outcomes, decompose, final_outcomes, new_problems_interval, paired_split
+from gspo.report.load import as_recorded, load_words
 from gspo.report.stats import clip_to, mean_ci
 from gspo.report.tables import PAIRED, Difference, Headline, arm_values, informative, run_value
 
@@ -28,13 +29,15 @@ EVAL_S = M.TIME_PHASE.format("eval")
 
 
 def _cost(arms: list[Arm]) -> tuple[float, float, float]:
-    """(mean seconds of an intermediate held-out eval, of the final one, of one training step) over the runs."""
+    """(mean seconds of an intermediate held-out eval, of the final one, of one training step) over the runs, as
+    they recorded them (also a loaded run's, which noise_text says with its load)."""
     middle, final = [], []
-    for r in (r for a in arms for r in a.runs if EVAL_S in r.metrics):
+    runs = [as_recorded(r) for a in arms for r in a.runs]
+    for r in (r for r in runs if EVAL_S in r.metrics):
         times = list(r.metrics[EVAL_S].dropna())
         final += times[-1:]
         middle += times[:-1]
-    steps = [run_value(r, M.TIME_STEP, "mean") for a in arms for r in a.runs]
+    steps = [run_value(r, M.TIME_STEP, "mean") for r in runs]
     steps = [s for s in steps if not math.isnan(s)]
     return (float(np.mean(middle)) if middle else math.nan, float(np.mean(final)) if final else math.nan,
             float(np.mean(steps)) if steps else math.nan)
@@ -112,10 +115,10 @@ def noise_text(arms: list[Arm]) -> str:
     middle, final, step_s = _cost(arms)
     before = (f"An intermediate held-out eval took {middle:.3g} s on average and the final one"
               if not math.isnan(middle) else "The final held-out eval")
+    load = load_words([r for a in arms for r in a.runs])
     cost = (f"{before} (its k in the tables) {final:.3g} s (sampled and greedy), against {step_s:.3g} s per "
-            "training step." if not math.isnan(final)
-            else "The eval's cost is not shown: the runs recorded none (time/eval_s), or ran under a load that "
-                 "makes their times measure the machine (said above).")
+            "training step" + (f", {load}." if load else ".") if not math.isnan(final)
+            else f"The eval's cost is not shown: the runs recorded no time for it ({EVAL_S}).")
     return ("Where the noise of final held-out accuracy comes from: its variance across the seeds of an arm is the "
             "eval's own sampling (k samples on each problem; from one sample only an upper bound is known) plus "
             "training seed (the rest). More samples per problem at the final eval (train.final_eval_k) shrink the "

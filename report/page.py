@@ -6,6 +6,11 @@ The page carries a small inline script that marks, once the page has loaded, how
 check that every image is there, and writes where each element with an id starts and ends on the page
 (`data-top-<id>`, `data-bottom-<id>`, CSS pixels from the top of the page), so a test can check that the
 verdict and the forest plot are within the first screen.
+
+Headings, paragraphs and list items are Markdown (report.md writes them as they are): the page renders their inline
+Markdown (`**bold**`, `code`) with markdown-it (CommonMark, raw HTML off, so `<stamp>` stays text). Wide tables wrap
+their headers and cells at spaces (never inside a number) and scroll inside their box, and estimator cards (pre) wrap their lines, so a 1280 px window shows
+every column at first view.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from markdown_it import MarkdownIt
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,11 @@ def _md_table(table: pd.DataFrame) -> str:
 STYLE = ("body{font-family:sans-serif;max-width:1180px;margin:1em auto;padding:0 1em;color:#222}"
          "h1{margin:.2em 0;font-size:1.6em}#verdict{margin:.3em 0 .5em;padding-left:1.2em;line-height:1.35}"
          "#verdict li{margin:.1em 0}figure{margin:.3em 0}details{margin:.5em 0}summary{cursor:pointer}"
-         "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}table{display:block;overflow-x:auto}pre{overflow-x:auto}"
-         "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}pre{background:#f6f6f6;padding:.5em}")
+         "table{border-collapse:collapse;margin:.5em 0;display:block;max-width:100%;overflow-x:auto;font-size:.82em}"
+         "td,th{border:1px solid #ccc;padding:2px 4px;text-align:right}th{max-width:8em;overflow-wrap:break-word}"
+         "pre{white-space:pre-wrap;overflow-wrap:anywhere}"
+         "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%}pre{background:#f6f6f6;padding:.5em}"
+         "code{background:#f3f3f3;padding:0 .2em}")
 SCRIPT = ("window.addEventListener('load',function(){var i=[].slice.call(document.images);"
           "var ok=i.filter(function(x){return x.complete&&x.naturalWidth>0}).length;"
           "document.documentElement.setAttribute('data-images-loaded',ok);"
@@ -82,14 +91,22 @@ SCRIPT = ("window.addEventListener('load',function(){var i=[].slice.call(documen
           "document.documentElement.setAttribute('data-bottom-'+e.id,Math.round(r.bottom+window.scrollY));});});")
 
 
+_MD = MarkdownIt("commonmark", {"html": False})
+
+
+def inline(text: str) -> str:
+    """One line of Markdown as HTML (emphasis, code spans, links), everything else escaped."""
+    return _MD.renderInline(text)
+
+
 def _html_block(b: Block) -> str:
     ident = f' id="{html.escape(b.id)}"' if b.id else ""
     if b.kind in ("h1", "h2", "p"):
-        return f"<{b.kind}{ident}>{html.escape(b.text)}</{b.kind}>"
+        return f"<{b.kind}{ident}>{inline(b.text)}</{b.kind}>"
     if b.kind == "pre":
         return f"<pre{ident}>{html.escape(b.text)}</pre>"
     if b.kind == "list":
-        return f"<ul{ident}>" + "".join(f"<li>{html.escape(item)}</li>" for item in b.items) + "</ul>"
+        return f"<ul{ident}>" + "".join(f"<li>{inline(item)}</li>" for item in b.items) + "</ul>"
     if b.kind == "img":
         data = base64.b64encode(b.image.read_bytes()).decode("ascii")
         return f'<figure{ident}><img alt="{html.escape(b.text)}" src="data:image/png;base64,{data}"></figure>'

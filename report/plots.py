@@ -7,7 +7,9 @@ t interval across seeds clipped to the metric's valid range from 3 seeds up, the
 integer ticks. The x axis is the step; for reward and held-out accuracy also the wall-clock time (the
 cumulative time/step_s of each run: training steps only, held-out evals left out) and the generated tokens
 (cumulative completion/len_mean x completions per step: training rollouts only). On those two axes the mean
-at a step is drawn at the mean x of the seeds at that step.
+at a step is drawn at the mean x of the seeds at that step. Times are drawn as the runs recorded them, also where the
+report leaves a loaded run's times out of its comparison (report/load.py): such a plot's title says the load, and
+where no run recorded a time the page says so in one sentence instead of drawing an empty axis (`time_note`).
 
 Three figures lead the report: the forest plot (every headline difference with its interval, one shared
 axis per metric, rows sorted, the simultaneous (Bonferroni) interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
@@ -30,6 +32,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import gspo.vocab.metrics as M  # noqa: E402
 from gspo.report.arms import Arm, legend_note  # noqa: E402
 from gspo.report.collapse import collapsed  # noqa: E402
+from gspo.report.load import TIMING, as_recorded, load_words  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
 from gspo.report.stats import band  # noqa: E402
 from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
@@ -85,8 +88,9 @@ def _x(run: Run, axis: str) -> pd.Series:
     m = run.metrics.set_index("step")
     if axis == "step":
         return pd.Series(m.index.astype(float), index=m.index)
-    if axis == "time":
-        return m[M.TIME_STEP].fillna(0).cumsum() if M.TIME_STEP in m else pd.Series(dtype=float)
+    if axis == "time":  # no time recorded at all: no x (not a line at 0 on a -0.04..0.04 axis)
+        timed = M.TIME_STEP in m and m[M.TIME_STEP].notna().any()
+        return m[M.TIME_STEP].fillna(0).cumsum() if timed else pd.Series(dtype=float)
     per_step = run.config.get("train.prompts_per_step", 1) * run.config.get("train.group_size", 1)
     return (m[M.LEN_MEAN].fillna(0) * per_step).cumsum() if M.LEN_MEAN in m else pd.Series(dtype=float)
 
@@ -163,14 +167,24 @@ def _panel(ax, spec: PlotSpec, arms: list[Arm], axis: str, smooth: int = 0, labe
     return True
 
 
+def _timed(spec: PlotSpec, axis: str) -> bool:
+    return axis == "time" or spec.metric.startswith(TIMING)
+
+
 def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
-    """Write one PNG; False (and nothing written) when no run logged this metric on this axis."""
+    """Write one PNG; False (and nothing written) when no run logged this metric on this axis. A plot of times
+    (by wall-clock time, or of a time) draws them as recorded, its title saying the load where it was high."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    note = ""
+    if _timed(spec, axis):
+        arms = [Arm(a.label, a.values, [as_recorded(r) for r in a.runs]) for a in arms]
+        note = load_words([r for a in arms for r in a.runs])
     drawn = _panel(ax, spec, arms, axis)
     if drawn:
         log = ax.get_yscale() == "log"
-        ax.set(title=f"{spec.title} by {X_LABELS[axis]}", xlabel=X_LABELS[axis],
-               ylabel=spec.metric + (" (log scale)" if log else ""))
+        title = f"{spec.title} by {X_LABELS[axis]}" + (f"\n{note}" if note else "")
+        ax.set(title=title, xlabel=X_LABELS[axis], ylabel=spec.metric + (" (log scale)" if log else ""))
+        ax.title.set_fontsize(10 if note else 12)
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out)
@@ -327,7 +341,16 @@ def write_plots(arms: list[Arm], task: str, out_dir: Path, progress: bool = Fals
         for spec, axis in jobs:
             path = out_dir / f"{spec.metric.replace('/', '_')}_by_{axis}.png"
             if draw(spec, arms, axis, path):
-                written.append((f"{spec.title} by {X_LABELS[axis]}", path))
+                note = load_words([r for a in arms for r in a.runs]) if _timed(spec, axis) else ""
+                written.append((f"{spec.title} by {X_LABELS[axis]}" + (f", {note}" if note else ""), path))
             bar.advance()
     return written
+
+
+def time_note(arms: list[Arm]) -> str | None:
+    """The sentence that stands in for the wall-clock plots where no run recorded a time per step (None: drawn)."""
+    runs = [as_recorded(r) for a in arms for r in a.runs]
+    if any(M.TIME_STEP in r.metrics and r.metrics[M.TIME_STEP].notna().any() for r in runs):
+        return None
+    return f"No plot by wall-clock time: no run recorded a time per step ({M.TIME_STEP})."
 

@@ -38,6 +38,7 @@ class Run:
     final_steps: dict[str, int] = field(default_factory=dict)  # each metric's last step that logged it (even as null)
     not_numbers: int = 0  # logged values that are no finite number (NaN, Infinity, text): read as missing
     duplicate_steps: tuple[int, ...] = ()  # steps metrics.jsonl logs more than once: the last row of each is read
+    recorded: pd.DataFrame | None = None  # the metrics as recorded, where load.py blanked the times of a loaded run
 
     @property
     def run_id(self) -> str:

@@ -44,7 +44,7 @@ from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
 from gspo.report.noise import which_objective
 from gspo.report.page import Block, to_html, to_markdown
-from gspo.report.plots import forest, key_grid, sensitivity, write_plots
+from gspo.report.plots import forest, key_grid, sensitivity, time_note, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
 from gspo.report.sections import Page, sections
 from gspo.report.stats import mean_ci
@@ -84,20 +84,24 @@ class Report:
 def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "runs", progress: bool = False,
                  smooth: int = 5, effect: float = VerdictConfig.effect, rounds: list[str] = (),
                  sequential: dict[str, float] | None = None, primary: str | None = None,
-                 registered: tuple[str | None, ...] = ()) -> Report:
+                 registered: tuple[str | None, ...] = (), say=None) -> Report:
     """`wandb`: a W&B mode, or "runs" to follow the runs' own logger.wandb (see tracker.py); `progress`: a
     bar over the plots, the long part; `smooth`: the moving-average window of the training reward in the
     key curves (0 or 1: none); `effect`: the smallest effect of interest of a score; `rounds`: lines on the
     rounds of a sequential compare (verdict.until=resolved), shown under the verdict; `sequential`: metric ->
     the nominal level of its comparisons at the design's last look (their intervals are read at it); `primary`:
     the page's one confirmatory score (verdict.primary; None: held-out accuracy); `registered`: (the primary the
-    experiment's plan registered,), empty without a plan: another `primary` is post hoc, never a finding."""
+    experiment's plan registered,), empty without a plan: another `primary` is post hoc, never a finding; `say`:
+    where a line per stage goes (runs read, statistics, plots, page), so a report without a bar is not silent for
+    minutes (None: nowhere)."""
+    say = say or (lambda _message: None)
     runs, notes = load_runs(paths)
     runs, copies = once_per_seed(runs)
     check_comparable(runs)
     runs, common = at_common_step(runs)
     runs, timing = without_loaded_times(runs)
     arms = group_arms(runs)
+    say(f"report: {len(runs)} runs read, {len(arms)} arms; statistics ...")
     task = runs[0].config.get("task.name", "arith")
     heads = [h for h in headlines(task) if any(h.metric in r.metrics for r in runs)]
     keys = label_keys(runs)
@@ -123,11 +127,14 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
     figures, front_files = _figures(arms, heads, diffs, shown, first, compared, out_dir, smooth)
     front += figures
+    say(f"report: verdict ready ({len(compared)} comparison(s)); plots ...")
     plots = write_plots(arms, task, out_dir, progress)
-    notes = _notes(runs, notes + copies + final_notes(runs, heads)) + timing
+    say(f"report: {len(plots) + len(front_files)} plots drawn; writing the page ...")
+    notes = _notes(runs, notes + copies + final_notes(runs, heads)) + timing + [n for n in [time_note(arms)] if n]
     blocks = front + sections(Page(runs, arms, heads, diffs, keys, command, notes, plots))
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
+    say(f"report: page written: {out_dir / 'report.html'}")
     summary = summary_frame(arms, keys, heads, diffs)
     summary.to_csv(out_dir / "summary.csv", index=False)
     mode = report_wandb_mode(wandb, runs)

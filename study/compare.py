@@ -33,6 +33,10 @@ def preset_call(again: str, again_dir: Path | None = None) -> SweepCall:
     return SweepCall(report_hint=False, at_once=True, again=again, again_dir=again_dir)
 
 
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
 def compare(plan: Plan, overrides: list[str]) -> Report:
     """A preset's plan (`overrides`: the whole command line, for the page and the resume line), registered in its
     folder, then its report in <folder>/report."""
@@ -50,7 +54,7 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
         dirs, lines = [run_sweep(plan.with_keys(hydra__sweep__dir=str(outer)), call)], []
     else:
         dirs, lines = fixed_rounds(plan, outer, call)
-    return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
+    return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
                         effect=verdict.effect, primary=verdict.primary, rounds=lines)
 
 
@@ -118,5 +122,5 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
                          "levels": [lk.level for lk in done.looks], "stop": stop,
                          "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
-    return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(),
+    return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
                         effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential)

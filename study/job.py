@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -29,6 +30,8 @@ from gspo.study.watch import die_with_parent, orphaned
 from gspo.trainer.evaluate import run_eval
 from gspo.trainer.loop import train
 from gspo.trainer.parallel.distributed import export_slurm_world, world_from_env
+from gspo.trainer.run.loggers import without_wandb_note
+from gspo.trainer.run.progress import side_by_side
 from gspo.trainer.run.rundir import read_status, slurm_job
 from gspo.trainer.run.sweepdir import Launch, planned, read_launch, sweep_job, write_job_record
 from gspo.vocab.metrics import EVAL, EVAL_ACCURACY
@@ -84,8 +87,10 @@ def train_job(cfg: DictConfig, hc, launch: Launch) -> float:
         say(f"{where}: {said} -> {run_dir}{f' (resuming: it was {state})' if cfg.resume else ''} "
             f"(torch threads {torch.get_num_threads()})")
     eta = watch_first_job(sweep_dir, num, jobs, run_dir, cfg.train.steps, at_once(), say) if main else None
+    label = f"job {num + 1}{f'/{len(jobs)}' if jobs else ''} {cfg.algo.name} s{cfg.seed}"
     try:
-        train(cfg, log=say)
+        with side_by_side(label) if at_once() > 1 else nullcontext():
+            train(cfg, log=without_wandb_note(say))
     except BaseException as e:
         if main:
             write_job_record(sweep_dir, num, record | {"ended": time.time(), "outcome": outcome(e)})

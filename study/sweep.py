@@ -39,6 +39,7 @@ from gspo.study.launch import GIB_PER_JOB, check_launcher, jobs_at_once, launche
 from gspo.study.plan import Plan, make_plan
 from gspo.study.slurm import watched_slurm
 from gspo.study.watch import raw_errors, watched_loky, worker_died
+from gspo.trainer.run.loggers import sweep_note
 from gspo.trainer.run.sweepdir import (
     SWEEP_PLAN,
     SWEEP_RUNS,
@@ -101,6 +102,8 @@ def run_sweep(args: list[str] | Plan, call: SweepCall | None = None) -> Path:
     typer.echo(f"sweep finished: {len(runs)} run(s), listed in {sweep_dir / SWEEP_RUNS}/")
     for run in runs:
         typer.echo(f"  {run}")
+    if note := sweep_note(runs):  # one W&B line for the sweep, not one per run
+        typer.echo(note, err=True)
     if call.report_hint:
         typer.echo(f"compare them: gspo report {quote(str(sweep_dir))} --out {quote(str(sweep_dir / 'report'))}")
     return sweep_dir

@@ -77,6 +77,17 @@ def pytest_configure(config) -> None:
         torch.set_num_threads(threads)
 
 
+def load_scaled(seconds: float) -> float:
+    """A wall-clock limit of `seconds` on a quiet machine, stretched by the machine's load per core when the
+    call starts (os.getloadavg: 25 on 2 cores gives 12.5x), so a busy runner gives slow passes, not timeouts;
+    still a limit, so a hung command fails the test rather than the whole session."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        return seconds
+    return seconds * max(1.0, load / (os.cpu_count() or 1))
+
+
 def _offline_env(cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR")}
     env.update(GSPO_CACHE=str(cache), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_SILENT="true",
@@ -126,12 +137,13 @@ class Gspo:
         assert result.exit_code == 0, (result.exception, result.output)
         return out / run_id
 
-    def subprocess(self, *args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    def subprocess(self, *args: str, cwd: Path | None = None, timeout: float | None = 300) -> subprocess.CompletedProcess:
         """The installed console script `gspo <args>`, with captured text output: the one installed beside the
         interpreter running the tests (a venv's, whether or not it is on PATH: .ci/vllm runs its venv's python
-        without activating it, and the `gspo` on PATH was then the main environment's, which has no vLLM)."""
+        without activating it, and the `gspo` on PATH was then the main environment's, which has no vLLM).
+        `timeout`: seconds on a quiet machine, stretched by its load (load_scaled); None: no limit, for bounded work."""
         return subprocess.run([CONSOLE_SCRIPT, *args], cwd=cwd, env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+                              timeout=None if timeout is None else load_scaled(timeout), check=False)
 
     def batch(self, commands: list[tuple[list[str], Path]], timeout: float = 600) -> list[subprocess.CompletedProcess]:
         """Several `gspo <args>` (each in its folder) one after another in one fresh interpreter, through the
@@ -142,7 +154,7 @@ class Gspo:
 
         todo = json.dumps([{"args": list(args), "cwd": str(cwd)} for args, cwd in commands])
         proc = subprocess.run([sys.executable, "-c", _BATCH], input=todo, env=self.env, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+                              timeout=load_scaled(timeout), check=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return [subprocess.CompletedProcess(["gspo", *c["args"]], c["code"], c["stdout"], c["stderr"])
                 for c in json.loads(proc.stdout.splitlines()[-1])]
@@ -186,7 +198,8 @@ def sweep_dir(gspo, tmp_path_factory) -> Path:
     """`gspo sweep algo=grpo,gspo seed=0,1 train.steps=2` on TINY (the console script), shared by the
     session and, under xdist, by every worker (the first to need it builds it under a lock in the session's
     shared tmp root; the others wait and read it): four finished runs under <tmp>/runs, the sweep folder
-    returned. Read it, never write to it."""
+    returned. Read it, never write to it. No wall-clock limit: the work is bounded (four 2-step TINY runs), and on
+    a runner at load 15-25 a fixed 300 s limit failed every test that uses it while the sweep finished seconds later."""
     from filelock import FileLock
 
     shared = tmp_path_factory.getbasetemp()
@@ -198,7 +211,7 @@ def sweep_dir(gspo, tmp_path_factory) -> Path:
             cwd.mkdir(exist_ok=True)
             result = gspo.subprocess("sweep", *TINY, "algo=grpo,gspo", "seed=0,1", "train.steps=2",
                                      "logger.progress=false", f"output_dir={cwd / 'runs'}", "hydra.sweep.dir=sweep",
-                                     cwd=cwd)
+                                     cwd=cwd, timeout=None)
             assert result.returncode == 0, result.stderr[-3000:]
             assert f"gspo report sweep --out {Path('sweep') / 'report'}" in result.stdout
             done.touch()

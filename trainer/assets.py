@@ -97,8 +97,11 @@ def fetch_command(cfg) -> str:
 def fetch(assets: list[HubAsset], log: Callable[[str], None]) -> None:
     """Load each asset as a run would, with the network, so that the caches then hold what an offline run reads."""
     if offline():
+        lacking = missing(assets)
+        which = (f"this config needs {len(lacking)} not cached: {', '.join(a.words() for a in lacking)}" if lacking
+                 else f"all {len(assets)} this config needs are cached already, so its runs work offline as they are")
         raise GspoError("gspo fetch downloads from the Hugging Face hub, and HF_HUB_OFFLINE is set (or the hub's host "
-                        f"{_host()} does not resolve): unset it, on a machine with the network")
+                        f"{_host()} does not resolve): unset it, on a machine with the network; {which}")
     for i, asset in enumerate(assets, 1):
         start = time.time()
         log(f"fetch {i}/{len(assets)}: {asset.words()} ...")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from omegaconf import OmegaConf
@@ -36,7 +37,16 @@ def load_policy(cfg, log: Callable[[str], None] = print, *, path: str | None = N
                                        gradient_checkpointing=m.gradient_checkpointing)
     if lora:
         model = load_adapter(model, path, merge=merge) if path else add_lora(model, m.lora)
-    return model.eval(), tokenizer
+    chat = OmegaConf.select(cfg, "rollout.chat_template_kwargs", default=None)  # a run from before the key: none
+    return model.eval(), with_chat_kwargs(tokenizer, OmegaConf.to_container(chat) if chat else {})
+
+
+def with_chat_kwargs(tokenizer, kwargs: dict):
+    """The tokenizer with `kwargs` (rollout.chat_template_kwargs, e.g. Qwen3's enable_thinking) in every chat
+    template it renders: training prompts, held-out and benchmark evals alike go through its apply_chat_template."""
+    if kwargs:
+        tokenizer.apply_chat_template = functools.partial(tokenizer.apply_chat_template, **kwargs)
+    return tokenizer
 
 
 def start_of(cfg, model) -> dict:

@@ -64,7 +64,9 @@ def test_fetch_offline_says_it_needs_the_network(tmp_path, empty_hf):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: gspo fetch downloads from the Hugging Face hub, and HF_HUB_OFFLINE is set (or the hub's host "
-        "huggingface.co does not resolve): unset it, on a machine with the network"]
+        "huggingface.co does not resolve): unset it, on a machine with the network; this config needs 4 not cached: "
+        f"task.dataset {DEEPSCALER}, eval.benches aime24 HuggingFaceH4/aime_2024, eval.benches math500 "
+        "HuggingFaceH4/MATH-500, model.name Qwen/Qwen3-0.6B"]
 
 
 def test_the_embedded_default_needs_nothing_and_local_files_are_not_hub_assets(tmp_path):

@@ -36,11 +36,12 @@ def test_sweep_job_line_has_i_of_n_and_an_eta_from_the_jobs_so_far(tmp_path):
     assert job_progress(tmp_path, 0, jobs) == "sweep job 1/4, ETA once the job has logged 2 steps"
     (tmp_path / "runs" / "0.json").write_text(json.dumps({"run_dir": "x", "started": 100.0, "ended": 200.0,
                                                           "outcome": "finished"}))
-    assert job_progress(tmp_path, 1, jobs) == "sweep job 2/4, ETA 0:05:00 for the 3 left (0:01:40 per job over 1 done)"
+    assert job_progress(tmp_path, 1, jobs) == ("sweep job 2/4, ETA 0:05:00 for the 3 left (0:01:40 per job, evals included, "
+                                                 "over 1 done)")
     assert job_progress(tmp_path, 1, None) == "sweep job 2"
     # two at once: the 3 left take two waves of a job's time
-    assert job_progress(tmp_path, 1, jobs, at_once=2) == ("sweep job 2/4, ETA 0:03:20 for the 3 left (0:01:40 per job "
-                                                          "over 1 done, 2 at once)")
+    assert job_progress(tmp_path, 1, jobs, at_once=2) == ("sweep job 2/4, ETA 0:03:20 for the 3 left (0:01:40 per job, "
+                                                          "evals included, over 1 done, 2 at once)")
 
 
 def test_a_sweep_gives_an_eta_from_its_first_job_before_it_ends(tmp_path):

@@ -144,7 +144,27 @@ def offline_note(run) -> str | None:
     folder = Path(run.dir).resolve().parent  # <dir>/wandb/offline-run-<time>-<id>/files
     folders = sorted({*folder.parent.glob(f"offline-run-*-{run.id}"), folder})
     shown = [_near(f) for f in folders]
-    return f"W&B offline run: {_near(folder)}; upload it with: wandb sync {' '.join(quote(str(f)) for f in shown)}"
+    return f"{OFFLINE_NOTE} {_near(folder)}; upload it with: wandb sync {' '.join(quote(str(f)) for f in shown)}"
+
+
+OFFLINE_NOTE = "W&B offline run:"  # how offline_note's line opens
+
+
+def without_wandb_note(log):
+    """`log` without offline_note's line: a sweep's job leaves it to the one line its sweep prints (sweep_note)."""
+    return lambda message: None if message.startswith(OFFLINE_NOTE) else log(message)
+
+
+def sweep_note(run_dirs: list) -> str | None:
+    """One line for all of a sweep's offline W&B runs: how many, and one `wandb sync` that uploads them all
+    (None: none offline)."""
+    found = [f for r in run_dirs for f in sorted((Path(r) / "wandb").glob("offline-run-*"))]
+    if not found:
+        return None
+    parent = Path(os.path.commonpath([str(Path(r).resolve().parent) for r in run_dirs]))
+    stem = os.path.commonprefix([Path(r).name for r in run_dirs])  # the sweep's stamp: not the folder's other runs
+    where = _near(parent) / f"{stem}*" / "wandb" / "offline-run-*"
+    return f"W&B: {len(found)} offline run(s) under each run's wandb/; upload them all with: wandb sync {where}"
 
 
 def _near(folder: Path) -> Path:
