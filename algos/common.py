@@ -219,6 +219,26 @@ def ratio_metrics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
     }
 
 
+ANCHOR_SAMPLER, ANCHOR_TRAINER = "sampler", "trainer"
+ANCHORS = (ANCHOR_SAMPLER, ANCHOR_TRAINER)  # where a ratio pi / q takes its q: the sampler's pi_s or the trainer's pi_old
+
+
+class Anchored:
+    """Options of a loss whose ratio may be anchored at the sampler (DPPO's, CISPO's `anchor`): the check of the value
+    and what the trainer asks of it (a correction on top of a sampler anchor would weigh the mismatch twice)."""
+
+    anchor: str
+
+    def check_anchor(self) -> None:
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, got {self.anchor!r}")
+
+    @property
+    def anchored_at_sampler(self) -> bool:
+        """The ratio already weighs the sampler-trainer mismatch (pi / pi_s): a correction would weigh it twice."""
+        return self.anchor == ANCHOR_SAMPLER
+
+
 @dataclass(frozen=True)
 class LossInputs:
     """What every policy loss is given, checked once by registry.policy_loss. logp, old_logp, mask, ref_logp:
@@ -248,6 +268,11 @@ class LossInputs:
     def rollout_logp(self) -> Tensor:
         """log pi_s [N, T], the policy that sampled the batch: the sampler's log-probs, or old_logp without them."""
         return self.old_logp if self.sampler_logp is None else self.sampler_logp
+
+    def anchor_logp(self, anchor: str) -> Tensor:
+        """log q [N, T] of a ratio anchored at `anchor` (ANCHORS): the sampler's log-probs (pi_old where there are
+        none) or the trainer's pi_old."""
+        return self.rollout_logp() if anchor == ANCHOR_SAMPLER else self.old_logp
 
     def token_advantages(self) -> Tensor:
         """The advantages broadcastable over tokens: [N, T] as given, or [N, 1]."""

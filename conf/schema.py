@@ -30,7 +30,7 @@ class CorrectionConfig:
 class AlgoConfig:
     name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
     clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only; dppo_tv / dppo_kl: the divergence threshold for A <= 0, as verl reads it)
-    clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so 5 caps at 6, where TRL's epsilon_high=5 caps at 5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
+    clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so the preset's 4 caps at 5, as TRL's epsilon_high=5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
     options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
     advantage: str = "group"  # estimator: group (one value per sequence), step (per scratchpad step, per token; gspo_token) or gdpo (each reward component normalised in its group, summed, batch-normalised; GDPO)

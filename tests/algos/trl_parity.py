@@ -127,7 +127,7 @@ def cases():
          lambda b: trl_loss(trl_trainer("bnpo", epsilon=CLIP), *b[:2], b[3], b[4])),
         ("Dr. GRPO", lambda b: policy_loss("dr_grpo", max_len=8, **_gspo(b, CLIP)),
          lambda b: trl_loss(trl_trainer("dr_grpo", epsilon=CLIP, max_len=8), *b[:2], b[3], b[4])),
-        # CISPO: TRL caps the weight at epsilon_high itself, gspo at 1 + clip_high: TRL's 5.0 is gspo's 4.0
+        # CISPO: TRL caps the weight at epsilon_high itself, gspo at 1 + clip_high: TRL's 5.0 is gspo's 4.0, the preset
         ("CISPO", lambda b: policy_loss("cispo", **_gspo(b, (1.0, 4.0))),
          lambda b: trl_loss(trl_trainer("cispo", epsilon=(0.2, 5.0)), *b[:2], b[3], b[4])),
         ("SAPO", lambda b: policy_loss("sapo", **_gspo(b, CLIP)),

@@ -16,7 +16,7 @@ import math
 from gspo.algos import get, get_estimator
 from gspo.trainer.engines.registry import engine_kind
 from gspo.trainer.step.advantages import correction_bounds
-from gspo.vocab.choices import Advantage, AdvScale, Correction, Level, OldLogp, Replay
+from gspo.vocab.choices import ICEPOP_BAND, Advantage, AdvScale, Correction, Level, OldLogp, Replay
 
 NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole minibatch's (every micro-batch, rank)
     "seq_mean": "1/N sum_i J_i  (N sequences of the minibatch)",
@@ -40,7 +40,7 @@ def estimator_card(cfg, *, world_size: int = 1) -> str:
         f"objective  not declared: {algo.name} registers no card (gspo.algos.register(..., card=...))"]
     lines += _advantage(cfg)
     lines += _aggregation(cfg, options.get("aggregation") or spec.aggregation, world_size)
-    lines += _policies(cfg)
+    lines += _policies(cfg, spec.make_options(dict(algo.options)))
     lines += _correction(cfg)
     return "\n".join(lines) + "\n"
 
@@ -104,12 +104,15 @@ def _aggregation(cfg, aggregation: str, world_size: int) -> list[str]:
     ]
 
 
-def _policies(cfg) -> list[str]:
+def _policies(cfg, options) -> list[str]:
     algo, r = cfg.algo, cfg.rollout
     sampled = (f"sampler    {engine_kind(r.engine).description(r)}, temperature {_num(r.temperature)}, top_p {_num(r.top_p)}: its "
                "log-probs are pi_s, scored at the same temperature and nucleus")
     if algo.correction.kind != Correction.NONE:
-        old = "a trainer scoring forward before the updates (the sampler's enter only through the correction)"
+        # OPSM's mask reads the sampler's whatever pi_old is; DPPO and CISPO only anchored there (refused here)
+        reads = get(algo.name).reads_sampler and getattr(options, "anchored_at_sampler", True)
+        old = ("a trainer scoring forward before the updates (the sampler's log-probs enter through the correction"
+               + (f", and {algo.name}'s own line above reads them)" if reads else " only)"))
     elif algo.old_logp_source == OldLogp.ENGINE:
         old = "the sampler's own log-probs (algo.old_logp_source=engine), whatever their precision; the mismatch logged"
     elif algo.old_logp_source == OldLogp.RECOMPUTE:
@@ -136,7 +139,7 @@ def _correction(cfg) -> list[str]:
            Level.GEOMETRIC: "rho_i = exp(1/|y_i| sum_t (old_logp_it - sampler_logp_it)), their geometric mean"}[b.level]
     rule = {Correction.TIS: f"c = sg(min(rho, {_num(b.cap)}))",
             Correction.MIS: f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 ("
-                   + ("IcePop)" if b.level == Level.TOKEN else "masked IS)"),
+                   + ("IcePop)" if b.level == Level.TOKEN and (b.low, b.high) == ICEPOP_BAND else "masked IS)"),
             Correction.MASK: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
             Correction.GEO_RS: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
     return [f"correction {b.kind} at {b.level} level: {rule}, {rho}; c multiplies each term's advantage"]
