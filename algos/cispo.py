@@ -31,9 +31,9 @@ from torch import Tensor
 from gspo.vocab.choices import Aggregation
 
 from .common import (
+    ANCHOR_TRAINER,
     MAX_LOG_RATIO,
     STANDARD_METRICS,
-    ANCHOR_TRAINER,
     Anchored,
     LossInputs,
     check_aggregation,
