@@ -19,7 +19,7 @@ class CorrectionConfig:
     """The training-inference mismatch corrected (gspo.algos.corrections): the sampler's log-probs against the
     trainer's recomputed old ones, so it needs algo.old_logp_source=engine; the loss then uses the trainer's."""
 
-    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (masked IS; IcePop at token level): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); rho = pi_old / pi_sampler
+    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (masked IS; IcePop at token level): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); k3_rs: a sequence kept only if its mean k3(rho) <= cap and no token's rho < low (a trust-region mask with a token veto); geo_rs_tis: Geo-RS's band and TIS's cap at once (one weight per sequence); rho = pi_old / pi_sampler
     level: str = "auto"  # auto: the algorithm's ratio level (geometric for gspo, gspo_token, gmpo and for geo_rs; token otherwise, opsm included); token: one weight per token; sequence: the product of the token ratios, one per sequence; geometric: their geometric mean, one per sequence
     cap: float | None = None  # tis: weights above it are truncated to it; None: the level's default (gspo.vocab.choices CORRECTION_BOUNDS: 2 token / sequence, 1.001 geometric)
     low: float | None = None  # mis, mask, geo_rs: ratios below it mask their term; None: the level's default (0.5; 0.999 geometric)

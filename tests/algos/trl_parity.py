@@ -75,7 +75,8 @@ def trl_trainer(loss_type: str, *, epsilon: tuple[float, float], level: str = "t
     t.accelerator = _Accelerator()
     t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     t.args = SimpleNamespace(delta=None, use_bias_correction_kl=False, sapo_temperature_pos=sapo[0],
-                             sapo_temperature_neg=sapo[1], steps_per_generation=1)
+                             sapo_temperature_neg=sapo[1], steps_per_generation=1, vespo_k_pos=2.0,
+                             vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0)  # TRL's VESPO defaults
     return t
 
 
@@ -132,6 +133,10 @@ def cases():
          lambda b: trl_loss(trl_trainer("cispo", epsilon=(0.2, 5.0)), *b[:2], b[3], b[4])),
         ("SAPO", lambda b: policy_loss("sapo", **_gspo(b, CLIP)),
          lambda b: trl_loss(trl_trainer("sapo", epsilon=CLIP), *b[:2], b[3], b[4])),
+        ("LUSPO", lambda b: policy_loss("luspo", **_gspo(b, CLIP)),
+         lambda b: trl_loss(trl_trainer("luspo", epsilon=CLIP, level="sequence"), *b[:2], b[3], b[4])),
+        ("VESPO", lambda b: policy_loss("vespo", **_gspo(b, CLIP)),
+         lambda b: trl_loss(trl_trainer("vespo", epsilon=CLIP), *b[:2], b[3], b[4])),
         ("GSPO (sequence level)", lambda b: policy_loss("gspo", **_gspo(b, GSPO_CLIP)),
          lambda b: trl_loss(trl_trainer("grpo", epsilon=GSPO_CLIP, level="sequence"), *b[:2], b[3], b[4])),
         ("OPSM (delta 0.02)", lambda b: policy_loss("opsm", delta=0.02, **_gspo(b, CLIP, old=b[2])),

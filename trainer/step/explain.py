@@ -22,6 +22,7 @@ NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole m
     "seq_mean": "1/N sum_i J_i  (N sequences of the minibatch)",
     "seq_mean_token_mean": "1/N sum_i 1/|y_i| sum_t J_it  (N sequences; each sequence's own length)",
     "token_mean": "1/T sum_i sum_t J_it  (T valid tokens of the minibatch; long sequences weigh more)",
+    "seq_mean_token_sum": "1/N sum_i J_i  (N sequences; J_i holds its length |y_i|: LUSPO)",
     "seq_mean_token_sum_norm": "1/N sum_i 1/L sum_t J_it  (N sequences; L = rollout.max_new_tokens = {max_len}, a constant)",
 }
 
@@ -62,6 +63,10 @@ def _advantage(cfg) -> list[str]:
     est = get_estimator(algo.advantage)
     if algo.advantage == Advantage.STEP:
         what = f"per token: the sum of the normalised rewards of its step and the later ones; each step {scale}"
+    elif algo.advantage == Advantage.LOO:
+        what = (f"A_i = r_i - the mean of the other G - 1 = {G - 1} rewards of its group (leave-one-out, RLOO)"
+                + ("" if algo.adv_scale == AdvScale.NONE else f", divided by (std_G + {eps}), Bessel std")
+                + "; a group of equal rewards gets exactly 0")
     elif est.needs_components:
         parts = "the task's reward components (arith: correctness, format)" + (
             ", and the overlong penalty as one more" if r.overlong_buffer else "")
@@ -141,5 +146,9 @@ def _correction(cfg) -> list[str]:
             Correction.MIS: f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 ("
                    + ("IcePop)" if b.level == Level.TOKEN and (b.low, b.high) == ICEPOP_BAND else "masked IS)"),
             Correction.MASK: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
-            Correction.GEO_RS: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
+            Correction.GEO_RS: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)",
+            Correction.K3_RS: f"c = 1 if 1/|y_i| sum_t k3(rho_it) <= {_num(b.cap)} and no rho_it < {_num(b.low)} (the "
+                              "token veto), else 0; k3(rho) = rho - 1 - log rho (a trust-region sequence mask)",
+            Correction.GEO_RS_TIS: f"c = sg(min(rho, {_num(b.cap)})) if {_num(b.low)} <= rho_geo_i <= {_num(b.high)}, "
+                                   "else 0, rho_geo_i their geometric mean (Geo-RS and TIS at once)"}[b.kind]
     return [f"correction {b.kind} at {b.level} level: {rule}, {rho}; c multiplies each term's advantage"]
