@@ -221,6 +221,13 @@ MUTANTS += [
     Mutant("loo-includes-itself", "the leave-one-out baseline averages the whole group (GRPO's mean, unscaled)",
            (("algos/advantages.py", "adv = grouped - (grouped.sum(dim=-1, keepdim=True) - grouped) / (g - 1)",
              "adv = grouped - grouped.mean(dim=-1, keepdim=True)"),), NEW_TESTS),
+    Mutant("unbiased-kl-ignored", "algo.kl_unbiased never weights the KL term by pi / pi_old",
+           (("algos/common.py", "kl_beta=self.kl_beta, old_logp=self.old_logp if self.kl_unbiased else None)",
+             "kl_beta=self.kl_beta, old_logp=None)"),), ("tests/algos/test_algos_unbiased_kl.py",)),
+    Mutant("unbiased-kl-detached-ratio", "the unbiased KL's ratio carries no gradient (TRL's and the paper's do)",
+           (("algos/common.py", "kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)) * kl",
+             "kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)).detach() * kl"),),
+           ("tests/algos/test_algos_unbiased_kl.py",)),
 ]
 
 

@@ -36,7 +36,8 @@ def estimator_card(cfg, *, world_size: int = 1) -> str:
                "exp_lo": _num(math.exp(-algo.clip_low)), "exp_hi": _num(math.exp(algo.clip_high)),
                **{k: _num(v) if isinstance(v, float) else v for k, v in options.items()}}
     lines = [f"estimator  {algo.name}: the update's loss = -J + {_num(algo.kl_beta)} KL (k3, to the initial model; "
-             f"reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
+             + ("weighted by r_it = pi / pi_old per token, DeepSeek-V3.2's unbiased KL; " if algo.kl_unbiased else "")
+             + "reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
     lines += spec.card.format(**numbers).splitlines() if spec.card else [
         f"objective  not declared: {algo.name} registers no card (gspo.algos.register(..., card=...))"]
     lines += _advantage(cfg)
