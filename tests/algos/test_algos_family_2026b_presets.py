@@ -55,6 +55,7 @@ def test_sequence_only_corrections_resolve_to_their_own_numbers_and_refuse_anoth
         check_algorithm(cfg.algo, build_task(cfg.task))
 
 
+@pytest.mark.slow  # 11 s at load 8-9 on the 2 shared cores: eight configs composed and pre-run checked
 def test_family2026b_composes_and_plans_every_arm():
     params = sweep_params("family2026b")
     assert "family2026b" in presets() and params["algo"].split(",") == ARMS
