@@ -18,7 +18,8 @@ Departures and choices:
 Estimators, by the name `algo.advantage` gives (ESTIMATORS): "group" (the above, one value per
 sequence), "step" (`step_advantages`: per-token credit from graded scratchpad steps, for algorithms
 that take token advantages, i.e. GSPO-token) and "gdpo" (`gdpo_advantages`: several reward components, each
-normalised within its group, summed, then normalised over the batch; GDPO, arXiv 2601.05242).
+normalised within its group, summed, then normalised over the batch; GDPO, arXiv 2601.05242) and "loo"
+(`loo_advantages`: the leave-one-out baseline, RLOO; SkyRL's, TRL's and tunix's rloo).
 """
 
 from __future__ import annotations
@@ -133,6 +134,29 @@ def step_advantages(step_rewards: Tensor, step_ends: Tensor, group_size: int, *,
     return normed.flip(-1).cumsum(-1).flip(-1)
 
 
+def loo_advantages(rewards: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = AdvScale.NONE) -> Tensor:
+    """Leave-one-out advantages, the shape of `rewards` ([N] group-major or [B, G]) (RLOO: Kool et al. 2019, "Buy 4
+    REINFORCE samples, get a baseline for free!"; Ahmadian et al. 2024, arXiv 2402.14740; SkyRL's, TRL's and tunix's
+    rloo):
+
+        A_i = r_i - 1/(G - 1) sum_{j != i} r_j = G / (G - 1) (r_i - mean_group(r))
+
+    each completion's baseline the mean of the others' rewards, so it does not depend on its own reward (an unbiased
+    baseline). scale="none" (the default, RLOO's) leaves it; scale="std" divides by the group's Bessel std + eps as
+    GRPO does. A group of equal rewards gets exactly 0.
+    """
+    if scale not in (AdvScale.NONE, AdvScale.STD):
+        raise ValueError(f"advantage scale {scale!r} does not apply to leave-one-out; known: none, std")
+    grouped = _grouped(rewards, group_size)  # [B, G]
+    g = grouped.shape[-1]
+    # A_i = r_i - (sum_j r_j - r_i) / (G - 1)
+    adv = grouped - (grouped.sum(dim=-1, keepdim=True) - grouped) / (g - 1)
+    if scale == AdvScale.STD:
+        adv = adv / (grouped.std(dim=-1, keepdim=True, correction=1) + eps)
+    adv = torch.where(_constant_groups(grouped).unsqueeze(-1), torch.zeros_like(adv), adv)
+    return adv.reshape(rewards.shape)
+
+
 def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, scale: str = AdvScale.STD) -> Tensor:
     """GDPO's multi-reward advantages [N] (Liu et al. 2026, "GDPO: Group reward-Decoupled Normalization Policy
     Optimization", arXiv 2601.05242; TRL's multi_objective_aggregation="normalize_then_sum").
@@ -193,10 +217,15 @@ def _gdpo(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=Non
     return gdpo_advantages(components, group_size, eps=eps, scale=scale)
 
 
+def _loo(rewards: Tensor, group_size: int, *, eps: float, scale: str, steps=None, components=None) -> Tensor:
+    return loo_advantages(rewards, group_size, eps=eps, scale=scale)
+
+
 ESTIMATORS: dict[str, Estimator] = {
     Advantage.GROUP: Estimator(_group, per_token=False, needs_steps=False),
     Advantage.STEP: Estimator(_step, per_token=True, needs_steps=True),
     Advantage.GDPO: Estimator(_gdpo, per_token=False, needs_steps=False, needs_components=True),
+    Advantage.LOO: Estimator(_loo, per_token=False, needs_steps=False),
 }
 
 

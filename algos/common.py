@@ -219,6 +219,26 @@ def ratio_metrics(*, log_ratio: Tensor, mask: Tensor) -> dict[str, Tensor]:
     }
 
 
+ANCHOR_SAMPLER, ANCHOR_TRAINER = "sampler", "trainer"
+ANCHORS = (ANCHOR_SAMPLER, ANCHOR_TRAINER)  # where a ratio pi / q takes its q: the sampler's pi_s or the trainer's pi_old
+
+
+class Anchored:
+    """Options of a loss whose ratio may be anchored at the sampler (DPPO's, CISPO's `anchor`): the check of the value
+    and what the trainer asks of it (a correction on top of a sampler anchor would weigh the mismatch twice)."""
+
+    anchor: str
+
+    def check_anchor(self) -> None:
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, got {self.anchor!r}")
+
+    @property
+    def anchored_at_sampler(self) -> bool:
+        """The ratio already weighs the sampler-trainer mismatch (pi / pi_s): a correction would weigh it twice."""
+        return self.anchor == ANCHOR_SAMPLER
+
+
 @dataclass(frozen=True)
 class LossInputs:
     """What every policy loss is given, checked once by registry.policy_loss. logp, old_logp, mask, ref_logp:
@@ -240,6 +260,7 @@ class LossInputs:
     token_denominator: float | None = None
     max_len: float | None = None
     sampler_logp: Tensor | None = None
+    kl_unbiased: bool = False  # the KL term's k3 weighted by r_it = pi / pi_old (DeepSeek-V3.2's unbiased estimate)
 
     def log_ratio(self) -> Tensor:
         """l_it = logp_it - old_logp_it [N, T], 0 on padding."""
@@ -248,6 +269,11 @@ class LossInputs:
     def rollout_logp(self) -> Tensor:
         """log pi_s [N, T], the policy that sampled the batch: the sampler's log-probs, or old_logp without them."""
         return self.old_logp if self.sampler_logp is None else self.sampler_logp
+
+    def anchor_logp(self, anchor: str) -> Tensor:
+        """log q [N, T] of a ratio anchored at `anchor` (ANCHORS): the sampler's log-probs (pi_old where there are
+        none) or the trainer's pi_old."""
+        return self.rollout_logp() if anchor == ANCHOR_SAMPLER else self.old_logp
 
     def token_advantages(self) -> Tensor:
         """The advantages broadcastable over tokens: [N, T] as given, or [N, 1]."""
@@ -262,7 +288,7 @@ class LossInputs:
                reduce_tokens: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """`finish` with these inputs: the optional KL term added, the metrics detached."""
         return finish(policy_loss, metrics, reduce_tokens, logp=self.logp, ref_logp=self.ref_logp, mask=self.mask,
-                      kl_beta=self.kl_beta)
+                      kl_beta=self.kl_beta, old_logp=self.old_logp if self.kl_unbiased else None)
 
 
 def finish(
@@ -274,12 +300,16 @@ def finish(
     ref_logp: Tensor | None,
     mask: Tensor,
     kl_beta: float,
+    old_logp: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Add the optional reference KL term and return (loss, detached metrics).
 
     The k3 KL per token is reduced by `reduce_tokens`, the algorithm's own aggregation, so it scales
     with micro-batching exactly like the policy term. kl_beta = 0 adds nothing: the loss tensor is
-    the policy term itself, while policy/kl_ref is still logged when ref_logp is given.
+    the policy term itself, while policy/kl_ref is still logged when ref_logp is given. With `old_logp` (the
+    unbiased KL, DeepSeek-V3.2 arXiv 2512.02556 eq. 7; TRL's use_bias_correction_kl) the term's k3 is weighted by
+    the token ratio r_it = pi / pi_old, gradient included: samples come from pi_old, so r k3 is unbiased for
+    KL(pi || pi_ref) and its gradient is the reverse KL's; policy/kl_ref stays the plain k3 mean.
     """
     metrics[LOSS_POLICY] = policy_loss
     loss = policy_loss
@@ -287,6 +317,9 @@ def finish(
         kl = ref_kl_per_token(logp=logp, ref_logp=ref_logp, mask=mask)
         metrics[KL_REF] = masked_mean(kl, mask)
         if kl_beta != 0.0:
+            if old_logp is not None:
+                # r_it k3_it, r_it = pi_it / pi_old_it   (bounded as every ratio)
+                kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)) * kl
             # loss = -J + beta * KL(pi || pi_ref)
             loss = policy_loss + kl_beta * reduce_tokens(kl)
     return loss, {name: value.detach() for name, value in metrics.items()}

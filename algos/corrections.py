@@ -15,6 +15,12 @@ sampler's own precision) against the trainer's recomputed old-policy log-probs p
                                                   c = 1   if low <= rho <= high else 0
     geo_rs (geometric rejection sampling, Geo-RS; verl's decoupled_geo_rs): `mask` at the geometric level,
             a sequence kept (weight 1) only if its geometric-mean ratio lies in [low, high]
+    k3_rs  (a trust-region sequence mask with a token veto; verl's rollout_rs=seq_mean_k3 with
+            rollout_token_veto_threshold, SkyRL's outlier-token thresholds): a sequence kept (weight 1) only if
+            1/|y_i| sum_t k3(rho_it) <= cap, k3(rho) = rho - 1 - log rho (the k3 estimate of KL(pi_s || pi_old)),
+            and no token has rho_it < low (the veto; low = 0 vetoes nothing)
+    geo_rs_tis (a mask and a weight at once; verl's Geo-RS-Seq-TIS): c_i = 1[low <= rho_geo_i <= high]
+            min(rho_seq_i, cap), the band on the geometric mean, the cap on the product
 
 Each token's (sequence's) policy-gradient term is multiplied by sg(c). The trainer applies c to the
 advantages: c >= 0 is a constant of the update, and c * min(r A, clip(r) A) = min(r cA, clip(r) cA), which
@@ -30,7 +36,7 @@ Departures and choices:
 - Metrics, over valid tokens (a sequence's weight counts once per token): correction/weight_mean and
   correction/weight_max of rho, the ratios before truncation or masking; correction/applied_mean of c, the
   weights the terms got; correction/truncated_frac (tis: rho above the cap) or correction/masked_frac (mis,
-  mask, geo_rs: rho outside the band).
+  mask, geo_rs: rho outside the band; k3_rs, geo_rs_tis: the sequences masked, rho there the product).
 """
 
 from __future__ import annotations
@@ -47,7 +53,15 @@ from gspo.vocab.metrics import (
     CORRECTION_TRUNCATED,
 )
 
-from .common import MAX_LOG_RATIO, masked_mean, masked_sum, spread_to_tokens, token_log_ratio, valid_tokens
+from .common import (
+    MAX_LOG_RATIO,
+    k3,
+    masked_mean,
+    masked_sum,
+    spread_to_tokens,
+    token_log_ratio,
+    valid_tokens,
+)
 
 KINDS, LEVELS = Correction.values, Level.RESOLVED  # the vocabulary's (gspo.vocab.choices), computed here
 
@@ -76,12 +90,17 @@ def correction_weights(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, k
                          f"{', '.join(LEVELS)}")
     if kind == Correction.GEO_RS and level != Level.GEOMETRIC:
         raise ValueError(f"geo_rs masks by the geometric-mean ratio: level must be geometric, got {level!r}")
+    if kind in Correction.SEQUENCE_ONLY and level != Level.SEQUENCE:
+        raise ValueError(f"{kind} gives one weight per sequence: level must be sequence, got {level!r}")
     if not (cap > 0 and 0 <= low <= 1 <= high):
         raise ValueError(f"need cap > 0 and low <= 1 <= high, got cap {cap}, band [{low}, {high}]")
     rho = torch.exp(log_rho(old_logp=old_logp, engine_logp=engine_logp, mask=mask, level=level)
                     .clamp(max=MAX_LOG_RATIO))
     if kind == Correction.NONE:
         return torch.ones_like(rho), {}
+    if kind in Correction.SEQUENCE_ONLY:
+        return _sequence_only(old_logp=old_logp, engine_logp=engine_logp, mask=mask, kind=kind, rho=rho, cap=cap,
+                              low=low, high=high)
     if kind == Correction.TIS:
         # c = min(rho, cap)
         weights = rho.clamp(max=cap)
@@ -93,6 +112,26 @@ def correction_weights(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, k
         weights = torch.where(inside, kept, torch.zeros_like(rho))
         cut = ~inside
     return weights, _metrics(rho, weights, cut, mask, truncated=kind == Correction.TIS)
+
+
+def _sequence_only(*, old_logp: Tensor, engine_logp: Tensor, mask: Tensor, kind: str, rho: Tensor, cap: float,
+                   low: float, high: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """k3_rs and geo_rs_tis: (c [N], metrics); rho [N] is the product of the token ratios."""
+    d = log_rho(old_logp=old_logp, engine_logp=engine_logp, mask=mask, level=Level.TOKEN)  # [N, T], 0 on padding
+    if kind == Correction.K3_RS:
+        # 1/|y_i| sum_t k3(rho_it), k3(rho) = rho - 1 - log rho   (0 on padding: d = 0 there)
+        divergence = masked_sum(k3(d), mask, dim=-1) / mask.sum(dim=-1).clamp(min=1.0)
+        # veto: some token with rho_it < low   (padding's rho is 1, never below a veto <= 1)
+        vetoed = (valid_tokens(mask) & (torch.exp(d.clamp(max=MAX_LOG_RATIO)) < low)).any(dim=-1)
+        kept = (divergence <= cap) & ~vetoed
+        weights = kept.to(rho.dtype)
+    else:
+        # rho_geo_i = exp(1/|y_i| sum_t d_it); c_i = 1[low <= rho_geo_i <= high] min(rho_i, cap)
+        geo = torch.exp(log_rho(old_logp=old_logp, engine_logp=engine_logp, mask=mask, level=Level.GEOMETRIC)
+                        .clamp(max=MAX_LOG_RATIO))
+        kept = (geo >= low) & (geo <= high)
+        weights = torch.where(kept, rho.clamp(max=cap), torch.zeros_like(rho))
+    return weights, _metrics(rho, weights, ~kept, mask, truncated=False)
 
 
 def _metrics(rho: Tensor, weights: Tensor, cut: Tensor, mask: Tensor, *, truncated: bool) -> dict[str, Tensor]:

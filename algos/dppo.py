@@ -2,8 +2,10 @@
 "Rethinking the Trust Region in LLM Reinforcement Learning", arXiv 2602.04879; verl's dppo_tv / dppo_kl).
 
 With p_it = pi(y_it | x, y_i<t) and q_it the anchor's token probability (not their ratio): the rollout (sampler)
-policy pi_s by default, as the authors anchor it (paper sec. 5.2; their scripts' `bypass_mode=True`), or pi_old,
-the trainer's recomputed old policy, under `anchor=trainer` (verl's decoupled mode); r_it = p_it / q_it, a token
+policy pi_s by default, as the authors anchor it (paper sec. 5.2; their own code, github.com/sail-sg/Stable-RL; so
+do SkyRL, prime-rl, TRL's experimental DPPO trainer and open-instruct), or pi_old, the trainer's recomputed old
+policy, under `anchor=trainer`: verl's form, mask and weight both on pi_old (the authors' "recompute" variant moves
+only the mask to pi_old and keeps the weight on pi_s; gspo does not ship it); r_it = p_it / q_it, a token
 keeps its gradient unless it has moved too far in the direction its advantage pushes it:
 
     Binary-TV:  keep_it = (p_it - q_it <= d_hi)                  if A_it > 0
@@ -15,16 +17,18 @@ keeps its gradient unless it has moved too far in the direction its advantage pu
 
 so a rare token going from 1e-5 to 1e-3 (ratio 100, clipped by PPO) keeps its gradient, and a likely one
 falling from 0.99 to 0.8 (ratio 0.81, inside PPO's band) loses it. sg(min(r, c)) is a truncated importance
-weight (TIS), c = 10000 by default: the authors' scripts set clip_ratio_c=10000 ("disable dual-clip PPO and TIS";
-verl's own ActorConfig default is 3.0). The loss is -J. Departures and choices:
+weight (TIS), c = 10000 by default: the authors' verl script set clip_ratio_c=10000 ("disable dual-clip PPO and
+TIS"; verl's own ActorConfig default is 3.0). The loss is -J. Departures and choices:
 - The anchor: `anchor=sampler` reads LossInputs.sampler_logp (the engine's log-probs under vLLM or a bf16 sampler,
   the lean hf sampler's own in fp32; pi_old where there are none), so the divergence and the weight both see the
-  sampler-trainer mismatch, as in the authors' bypass mode, whichever pi_old a correction would hand the loss. A
+  sampler-trainer mismatch, as in the authors' code, whichever pi_old a correction would hand the loss. A
   mismatch correction on top would weigh the same mismatch twice: the trainer refuses it unless anchor=trainer.
   On the CPU default (fp32 lean sampler) the two anchors are the same numbers.
 - `clip_low` / `clip_high` are the divergence thresholds d_lo / d_hi, as verl reads clip_ratio_low / _high for
   these losses: a probability difference (TV) or a Bernoulli KL (KL), not a ratio band. The authors' script
-  (verl examples/dppo_trainer): 0.15 / 0.15 for TV, 0.05 / 0.05 for KL.
+  (verl examples/dppo_trainer/run_qwen30b_dppo.sh, deleted from verl on 2026-04-30, the numbers as it
+  last stood): 0.15 / 0.15 for TV, 0.05 / 0.05 for KL. (That script's `bypass_mode=True` is not the anchor's
+  source: in verl that mode replaces the configured loss with PPO-clip.)
 - D takes verl's 1e-8 inside its second logarithm ((1 - q + 1e-8) / (1 - p + 1e-8)), so p = 1 stays finite.
 - `aggregation` as GRPO's, default token_mean (verl's default for these losses); the authors' script uses
   Dr. GRPO's seq_mean_token_sum_norm with no std division (conf/algo/dppo_tv.yaml, dppo_kl.yaml).
@@ -47,6 +51,7 @@ from gspo.vocab.choices import Aggregation
 from .common import (
     MAX_LOG_RATIO,
     STANDARD_METRICS,
+    Anchored,
     LossInputs,
     check_aggregation,
     clip_metrics,
@@ -57,26 +62,19 @@ from .common import (
 from .registry import register
 
 BINARY_KL_EPS = 1e-8  # verl's, inside log((1 - q + eps) / (1 - p + eps))
-ANCHORS = ("sampler", "trainer")
 
 
 @dataclass(frozen=True)
-class DppoOptions:
+class DppoOptions(Anchored):
     tis_cap: float = 10000.0  # c of sg(min(r, c)): the authors' scripts (clip_ratio_c=10000, no truncation)
     aggregation: str = Aggregation.TOKEN_MEAN  # verl's default; the authors' script: seq_mean_token_sum_norm (Dr. GRPO)
-    anchor: str = "sampler"  # q: the sampler's log-probs (the authors' bypass_mode) or trainer (pi_old, decoupled)
+    anchor: str = "sampler"  # q: the sampler's log-probs (the authors' Stable-RL code) or trainer (pi_old, verl's form)
 
     def __post_init__(self) -> None:
         if not self.tis_cap > 0.0:
             raise ValueError(f"tis_cap must be > 0, got {self.tis_cap}")
-        if self.anchor not in ANCHORS:
-            raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}, got {self.anchor!r}")
+        self.check_anchor()
         check_aggregation(self.aggregation)
-
-    @property
-    def anchored_at_sampler(self) -> bool:
-        """The ratio already weighs the sampler-trainer mismatch (pi / pi_s): a correction would weigh it twice."""
-        return self.anchor == "sampler"
 
 
 def binary_kl(p: Tensor, q: Tensor) -> Tensor:
@@ -106,11 +104,6 @@ def _dppo(x: LossInputs, log_q: Tensor, keep: Tensor, beyond: Tensor, tis_cap: f
     return x.finish(policy_loss, metrics, reduce_tokens)
 
 
-def _anchor(x: LossInputs, anchor: str) -> Tensor:
-    """log q [N, T]: the sampler's log-probs (anchor sampler; pi_old where there are none) or pi_old (trainer)."""
-    return x.rollout_logp() if anchor == "sampler" else x.old_logp
-
-
 def _probs(x: LossInputs, log_q: Tensor) -> tuple[Tensor, Tensor]:
     """(p, q) [N, T], detached: the token probabilities under pi and the anchor (log_q), 1 on padding."""
     valid = valid_tokens(x.mask)
@@ -119,8 +112,10 @@ def _probs(x: LossInputs, log_q: Tensor) -> tuple[Tensor, Tensor]:
     return torch.exp(logp), torch.exp(old)
 
 
-ANCHOR_CARD = ("anchor     q = {anchor}: sampler = the sampler's own log-probs (the authors' bypass_mode; pi_old where\n"
-               "           the engine returns none), trainer = pi_old, the trainer's recomputed old policy\n")
+ANCHOR_CARD = ("anchor     q = {anchor}: sampler = the sampler's own log-probs pi_s (the authors' Stable-RL code; SkyRL,\n"
+               "           prime-rl, TRL's experimental DPPO, open-instruct; pi_old where the engine returns none),\n"
+               "           trainer = pi_old, the trainer's recomputed old policy, for the mask and the weight both (verl's\n"
+               "           form; the authors' \"recompute\" variant moves only the mask to pi_old)\n")
 
 
 @register("dppo_tv", options=DppoOptions, metrics=STANDARD_METRICS, token_advantages=True, reads_sampler=True, card=(
@@ -131,7 +126,7 @@ ANCHOR_CARD = ("anchor     q = {anchor}: sampler = the sampler's own log-probs (
     "objective  J_it = keep_it sg(min(r_it, {tis_cap})) A_it log pi_it"))
 def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str, anchor: str) -> tuple[Tensor, dict[str, Tensor]]:
     """DPPO Binary-TV loss and metrics. logp, old_logp, mask, ref_logp, sampler_logp: [N, T]; advantages: [N] or [N, T]."""
-    log_q = _anchor(x, anchor)
+    log_q = x.anchor_logp(anchor)
     p, q = _probs(x, log_q)
     adv = x.token_advantages()
     # keep_it = (p - q <= d_hi) if A_it > 0 else (p - q >= -d_lo)
@@ -148,7 +143,7 @@ def dppo_tv_loss(x: LossInputs, *, tis_cap: float, aggregation: str, anchor: str
     "objective  J_it = keep_it sg(min(r_it, {tis_cap})) A_it log pi_it"))
 def dppo_kl_loss(x: LossInputs, *, tis_cap: float, aggregation: str, anchor: str) -> tuple[Tensor, dict[str, Tensor]]:
     """DPPO Binary-KL loss and metrics. logp, old_logp, mask, ref_logp, sampler_logp: [N, T]; advantages: [N] or [N, T]."""
-    log_q = _anchor(x, anchor)
+    log_q = x.anchor_logp(anchor)
     p, q = _probs(x, log_q)
     adv = x.token_advantages()
     kl = binary_kl(p, q)  # [N, T], 0 on padding (p = q = 1)

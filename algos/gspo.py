@@ -46,6 +46,16 @@ from .registry import register
     "objective  J_i = min(s_i A_i, clip(s_i, {lo}, {hi}) A_i): one weight per sequence, never weighted by its length"))
 def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO loss and metrics. logp, old_logp, mask, ref_logp: [N, T]; advantages: [N]."""
+    objective, metrics = sequence_objective(x)
+    # J = 1/G sum_i J_i
+    policy_loss = -seq_mean(objective, seq_denominator=x.seq_denominator)
+    reduce_tokens = x.reducer(Aggregation.SEQ_MEAN_TOKEN_MEAN)
+    return x.finish(policy_loss, metrics, reduce_tokens)
+
+
+def sequence_objective(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
+    """(J_i [N], metrics): GSPO's clipped sequence term, 0 for a row with no completion token; the clip metrics
+    count every token of a clipped sequence (GSPO's and LUSPO's)."""
     log_ratio = x.log_ratio()  # [N, T], 0 on padding
     # s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it))
     seq_ratio = torch.exp(seq_log_ratio(log_ratio, x.mask).clamp(max=MAX_LOG_RATIO))  # [N]
@@ -53,8 +63,6 @@ def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     objective = clipped_objective(seq_ratio, x.advantages, x.clip_low, x.clip_high)
     # A row with no completion token has nothing to weight: it adds 0, as it does in GRPO.
     objective = torch.where(valid_tokens(x.mask).any(dim=-1), objective, torch.zeros_like(objective))
-    # J = 1/G sum_i J_i
-    policy_loss = -seq_mean(objective, seq_denominator=x.seq_denominator)
 
     # A clipped sequence counts all of its tokens: spread the per-sequence flags over [N, T].
     low, high = sign_aware_clip(seq_ratio, x.advantages, x.clip_low, x.clip_high)
@@ -62,5 +70,4 @@ def gspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     metrics = clip_metrics(low=spread_to_tokens(low, x.mask), high=spread_to_tokens(high, x.mask),
                            band=spread_to_tokens(band, x.mask), mask=x.mask)
     metrics.update(ratio_metrics(log_ratio=log_ratio, mask=x.mask))
-    reduce_tokens = x.reducer(Aggregation.SEQ_MEAN_TOKEN_MEAN)
-    return x.finish(policy_loss, metrics, reduce_tokens)
+    return objective, metrics

@@ -34,7 +34,7 @@ LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 # Arguments every algorithm takes.
 REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")
 # What the trainer offers every loss; a loss declares the ones it uses.
-CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len", "sampler_logp")
+CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len", "sampler_logp", "kl_unbiased")
 
 
 

@@ -19,7 +19,7 @@ class CorrectionConfig:
     """The training-inference mismatch corrected (gspo.algos.corrections): the sampler's log-probs against the
     trainer's recomputed old ones, so it needs algo.old_logp_source=engine; the loss then uses the trainer's."""
 
-    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (masked IS; IcePop at token level): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); rho = pi_old / pi_sampler
+    kind: str = "none"  # none; tis: each term times sg(min(rho, cap)); mis (masked IS; IcePop at token level): sg(rho) inside [low, high], 0 outside; mask: 1 inside, 0 outside; geo_rs: mask at the geometric level (Geo-RS); k3_rs: a sequence kept only if its mean k3(rho) <= cap and no token's rho < low (a trust-region mask with a token veto); geo_rs_tis: Geo-RS's band and TIS's cap at once (one weight per sequence); rho = pi_old / pi_sampler
     level: str = "auto"  # auto: the algorithm's ratio level (geometric for gspo, gspo_token, gmpo and for geo_rs; token otherwise, opsm included); token: one weight per token; sequence: the product of the token ratios, one per sequence; geometric: their geometric mean, one per sequence
     cap: float | None = None  # tis: weights above it are truncated to it; None: the level's default (gspo.vocab.choices CORRECTION_BOUNDS: 2 token / sequence, 1.001 geometric)
     low: float | None = None  # mis, mask, geo_rs: ratios below it mask their term; None: the level's default (0.5; 0.999 geometric)
@@ -30,9 +30,10 @@ class CorrectionConfig:
 class AlgoConfig:
     name: str = MISSING  # a name registered in gspo.algos, declared by an algo/ preset (gspo train --help lists the presets)
     clip_low: float = MISSING  # ratio may fall to 1 - clip_low before the clipped branch takes over (gmpo: a log-ratio bound; cispo: 1.0 is no bound; sapo: the reported band only; dppo_tv / dppo_kl: the divergence threshold for A <= 0, as verl reads it)
-    clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so 5 caps at 6, where TRL's epsilon_high=5 caps at 5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
+    clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so the preset's 4 caps at 5, as TRL's epsilon_high=5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
     options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
+    kl_unbiased: bool = False  # the KL term's k3 weighted by pi / pi_old per token (DeepSeek-V3.2 eq. 7, TRL's use_bias_correction_kl, on by default there)
     advantage: str = "group"  # estimator: group (one value per sequence), step (per scratchpad step, per token; gspo_token) or gdpo (each reward component normalised in its group, summed, batch-normalised; GDPO)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing
     adv_scale: str = "std"  # std: (r - mean) / (std + eps); none: r - mean (Dr.GRPO); mean: (r - mean) / mean (MaxRL; rewards in [0, 1])

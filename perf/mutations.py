@@ -191,6 +191,55 @@ MUTANTS += [
 ]
 
 
+# issue 62: the thin nets made thick (each caught by more than one hand-computed test: run with --all), and the new
+# members and options, one breakage each
+KL_TESTS = ("tests/algos/test_algos_family_2026.py", "tests/algos/test_algos_anchors.py",
+            "tests/algos/test_algos_family_2026b.py")
+TOKEN_TESTS = ("tests/algos/test_algos_gspo.py", "tests/algos/test_algos_invariants.py",
+               "tests/algos/test_algos_family_2026b.py")
+NEW_TESTS = ("tests/algos/test_algos_family_2026b.py",)
+MUTANTS += [
+    Mutant("binary-kl-safe-side-flipped-pos", "DPPO Binary-KL keeps a positive-advantage token moving up, not down",
+           (("algos/dppo.py", "(kl <= x.clip_high) | (p <= q)", "(kl <= x.clip_high) | (p >= q)"),), KL_TESTS),
+    Mutant("binary-kl-safe-side-flipped-neg", "DPPO Binary-KL keeps a negative-advantage token moving down, not up",
+           (("algos/dppo.py", "(kl <= x.clip_low) | (p >= q)", "(kl <= x.clip_low) | (p <= q)"),), KL_TESTS),
+    Mutant("gspo-token-no-stop-gradient", "GSPO-token's s_i carries a gradient (sg[s_i] lost)",
+           (("algos/gspo_token.py", "seq_log_ratio(log_ratio, x.mask).detach()", "seq_log_ratio(log_ratio, x.mask)"),),
+           TOKEN_TESTS),
+    Mutant("gspo-token-no-token-path", "GSPO-token's pi_it / sg[pi_it] lost: no token gradient path",
+           (("algos/gspo_token.py", "token_log_ratio(x.logp, x.logp.detach(), x.mask)",
+             "token_log_ratio(x.logp.detach(), x.logp.detach(), x.mask)"),), TOKEN_TESTS),
+    Mutant("cispo-anchor-ignored", "CISPO's anchor=sampler still weighs pi / pi_old",
+           (("algos/cispo.py", "token_log_ratio(x.logp, x.anchor_logp(anchor), x.mask)",
+             "token_log_ratio(x.logp, x.old_logp, x.mask)"),), NEW_TESTS),
+    Mutant("k3-rs-no-veto", "the trust-region sequence mask ignores its token veto",
+           (("algos/corrections.py", "kept = (divergence <= cap) & ~vetoed", "kept = divergence <= cap"),), NEW_TESTS),
+    Mutant("k3-rs-sum-not-mean", "the trust-region sequence mask sums k3 over the tokens instead of averaging",
+           (("algos/corrections.py", "divergence = masked_sum(k3(d), mask, dim=-1) / mask.sum(dim=-1).clamp(min=1.0)",
+             "divergence = masked_sum(k3(d), mask, dim=-1)"),), NEW_TESTS),
+    Mutant("geo-rs-tis-no-cap", "Geo-RS-Seq-TIS masks but does not truncate the product",
+           (("algos/corrections.py", "torch.where(kept, rho.clamp(max=cap), torch.zeros_like(rho))",
+             "torch.where(kept, rho, torch.zeros_like(rho))"),), NEW_TESTS),
+    Mutant("luspo-no-length", "LUSPO without its length weight (GSPO's loss)",
+           (("algos/luspo.py", "seq_mean(seq_lengths(x.mask) * objective,", "seq_mean(objective,"),), NEW_TESTS),
+    Mutant("vespo-signs-swapped", "VESPO's (k, lambda) pairs swapped between the advantage's signs",
+           (("algos/vespo.py", "    nonneg = adv >= 0\n", "    nonneg = adv < 0\n"),), NEW_TESTS),
+    Mutant("vespo-geometric-mean", "VESPO's w is the geometric mean of the token ratios, not their product",
+           (("algos/vespo.py", "log_w = masked_sum(bounded, x.mask, dim=-1).clamp(*SEQ_LOG_BOUNDS)",
+             "log_w = (masked_sum(bounded, x.mask, dim=-1) / x.mask.sum(-1)).clamp(*SEQ_LOG_BOUNDS)"),), NEW_TESTS),
+    Mutant("loo-includes-itself", "the leave-one-out baseline averages the whole group (GRPO's mean, unscaled)",
+           (("algos/advantages.py", "adv = grouped - (grouped.sum(dim=-1, keepdim=True) - grouped) / (g - 1)",
+             "adv = grouped - grouped.mean(dim=-1, keepdim=True)"),), NEW_TESTS),
+    Mutant("unbiased-kl-ignored", "algo.kl_unbiased never weights the KL term by pi / pi_old",
+           (("algos/common.py", "kl_beta=self.kl_beta, old_logp=self.old_logp if self.kl_unbiased else None)",
+             "kl_beta=self.kl_beta, old_logp=None)"),), ("tests/algos/test_algos_unbiased_kl.py",)),
+    Mutant("unbiased-kl-detached-ratio", "the unbiased KL's ratio carries no gradient (TRL's and the paper's do)",
+           (("algos/common.py", "kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)) * kl",
+             "kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)).detach() * kl"),),
+           ("tests/algos/test_algos_unbiased_kl.py",)),
+]
+
+
 def _apply(mutant: Mutant, originals: dict[str, str]) -> None:
     for file, old, new in mutant.edits:
         path = ROOT / file

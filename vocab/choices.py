@@ -35,7 +35,7 @@ class Aggregation(Choice):
 class Advantage(Choice):
     """algo.advantage: the advantage estimators registered in gspo.algos.advantages (ESTIMATORS)."""
 
-    GROUP, STEP, GDPO = "group", "step", "gdpo"
+    GROUP, STEP, GDPO, LOO = "group", "step", "gdpo", "loo"
 
 
 class AdvScale(Choice):
@@ -67,6 +67,8 @@ class Correction(Choice):
     """algo.correction.kind: the training-inference mismatch correction (gspo.algos.corrections)."""
 
     NONE, TIS, MIS, MASK, GEO_RS = "none", "tis", "mis", "mask", "geo_rs"
+    K3_RS, GEO_RS_TIS = "k3_rs", "geo_rs_tis"  # a trust-region sequence mask with a token veto; Geo-RS and TIS at once
+    SEQUENCE_ONLY = (K3_RS, GEO_RS_TIS)  # one weight per sequence whatever the algorithm's ratio
 
 
 class Level(Choice):
@@ -82,6 +84,15 @@ CORRECTION_BOUNDS: dict[str, tuple[float, float, float]] = {
     Level.TOKEN: (2.0, 0.5, 2.0),  # verl rollout_correction: rollout_is_threshold 2.0, RS band [1/2, 2] (reciprocal lower)
     Level.SEQUENCE: (2.0, 0.5, 2.0),  # verl decoupled_seq_is_rs: product of the token ratios, 2.0 and [0.5, 2.0]
     Level.GEOMETRIC: (1.001, 0.999, 1.001),  # verl decoupled_geo_rs: rollout_rs_threshold 1.001, lower 0.999
+}
+# The two sequence-only kinds read their own numbers, (cap, low, high), where algo.correction.cap / low / high are unset:
+KIND_BOUNDS: dict[str, tuple[float, float, float]] = {
+    # k3_rs: cap = the k3 threshold on 1/|y| sum_t k3(rho_t) (verl rollout_rs=seq_mean_k3 takes no default; 0.005 as a
+    # public verl recipe's rollout_rs_threshold), low = the token veto (verl rollout_token_veto_threshold, DR.Kernel's 1e-4)
+    "k3_rs": (0.005, 1e-4, 1.0),
+    # geo_rs_tis: the band of geo_rs [0.999, 1.001] on the geometric mean, the cap of TIS (2) on the product (verl's
+    # Geo-RS-Seq-TIS: rollout_rs=geometric with rollout_is=sequence, rollout_is_threshold 2.0)
+    "geo_rs_tis": (2.0, 0.999, 1.001),
 }
 ICEPOP_BAND: tuple[float, float] = (0.5, 5.0)  # kind=mis at token level: IcePop (arXiv 2510.18855), verl decoupled_token_icepop
 

@@ -142,5 +142,6 @@ def test_on_policy_every_member_is_the_plain_policy_gradient(name):
     loss, _ = policy_loss(name, logp=logp, old_logp=logp.detach().clone(), advantages=adv,
                           mask=torch.ones((n, length), dtype=F64), max_len=length, **bounds)
     loss.backward()
-    expected = (-adv / (n * length)).unsqueeze(-1).expand(n, length)
+    # LUSPO weights each sequence's term by its length |y_i| = L by design (arXiv 2602.05261): L times the others'
+    expected = (-adv / (n * length) * (length if name == "luspo" else 1)).unsqueeze(-1).expand(n, length)
     torch.testing.assert_close(logp.grad, expected, atol=1e-12, rtol=0)

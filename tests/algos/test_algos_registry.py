@@ -13,7 +13,7 @@ from gspo.vocab.algorithms import TITLES
 
 F64 = torch.float64
 OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
-           "cispo": ("aggregation",), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": (),
+           "cispo": ("aggregation", "anchor"), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": (),
            "dppo_tv": ("tis_cap", "aggregation", "anchor"), "dppo_kl": ("tis_cap", "aggregation", "anchor"), "opsm": ("delta", "aggregation"),
            "maxrl": ("aggregation",), "gdpo": ("aggregation",)}  # algo.options
 OWN_METRICS = {"opsm": {"clip/opsm_masked_frac"}}  # beyond the standard ones
@@ -66,7 +66,8 @@ def test_the_registries_are_the_vocabulary():
     logp = torch.zeros((2, 3), dtype=F64)
     for kind in Correction.values:
         for level in Level.RESOLVED:
-            if kind != Correction.GEO_RS or level == Level.GEOMETRIC:
+            if (kind != Correction.GEO_RS or level == Level.GEOMETRIC) and (
+                    kind not in Correction.SEQUENCE_ONLY or level == Level.SEQUENCE):
                 correction_weights(old_logp=logp, engine_logp=logp, mask=mask, kind=kind, level=level, cap=2.0,
                                    low=0.5, high=2.0)
     with pytest.raises(ValueError, match="unknown correction 'is'"):
@@ -78,7 +79,7 @@ def test_the_registries_are_the_vocabulary():
 
 def test_unknown_algorithm_lists_the_known_ones():
     with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dppo_kl, dppo_tv, dr_grpo, gdpo, gmpo, grpo, gspo, "
-                                         "gspo_token, maxrl, opsm, sapo"):
+                                         "gspo_token, luspo, maxrl, opsm, sapo, vespo"):
         policy_loss("ppo", **inputs())
 
 
@@ -170,7 +171,8 @@ def test_per_token_advantages_only_for_token_level_objectives(name):
     if not get(name).token_advantages:
         with pytest.raises(ValueError, match="advantages"):
             policy_loss(name, logp=logp, old_logp=old, advantages=per_token, mask=mask, **bounds)
-        assert name in ("gspo", "gmpo", "opsm")  # OPSM: its mask reads the sequence's one advantage
+        assert name in ("gspo", "gmpo", "opsm", "luspo", "vespo")  # OPSM: its mask reads the sequence's one advantage;
+        # LUSPO (GSPO's term) and VESPO (a weight per sequence, its (k, lambda) by the sequence's advantage's sign)
         return
     results = []
     for a in (adv, per_token):

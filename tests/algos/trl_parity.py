@@ -60,13 +60,14 @@ class _Accelerator:
 
 
 def trl_trainer(loss_type: str, *, epsilon: tuple[float, float], level: str = "token", max_len: int = 8,
-                vllm_is: bool = False, opsm_delta: float | None = None, sapo=(1.0, 1.05)):
+                vllm_is: bool = False, opsm_delta: float | None = None, sapo=(1.0, 1.05), beta: float = 0.0,
+                bias_kl: bool = False):
     """A GRPOTrainer object with no model: what `_compute_loss` reads, set as TRL's __init__ would."""
     from trl import GRPOTrainer
 
     t = GRPOTrainer.__new__(GRPOTrainer)
     t.loss_type, t.epsilon_low, t.epsilon_high = loss_type, epsilon[0], epsilon[1]
-    t.importance_sampling_level, t.beta, t.top_entropy_quantile = level, 0.0, 1.0
+    t.importance_sampling_level, t.beta, t.top_entropy_quantile = level, beta, 1.0
     t.off_policy_mask_threshold = opsm_delta
     t.use_vllm = t.vllm_importance_sampling_correction = vllm_is
     t.aux_loss_enabled, t._entropy_bonus_enabled = False, False
@@ -74,12 +75,13 @@ def trl_trainer(loss_type: str, *, epsilon: tuple[float, float], level: str = "t
     t.model = SimpleNamespace(training=True)
     t.accelerator = _Accelerator()
     t._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-    t.args = SimpleNamespace(delta=None, use_bias_correction_kl=False, sapo_temperature_pos=sapo[0],
-                             sapo_temperature_neg=sapo[1], steps_per_generation=1)
+    t.args = SimpleNamespace(delta=None, use_bias_correction_kl=bias_kl, sapo_temperature_pos=sapo[0],
+                             sapo_temperature_neg=sapo[1], steps_per_generation=1, vespo_k_pos=2.0,
+                             vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0)  # TRL's VESPO defaults
     return t
 
 
-def trl_loss(trainer, logp, old, mask, adv, *, is_ratio=None, sampler=None):
+def trl_loss(trainer, logp, old, mask, adv, *, is_ratio=None, sampler=None, ref=None):
     """TRL's loss on these log-probs (its model call replaced by them)."""
     n, width = logp.shape
     trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp), None)
@@ -90,6 +92,8 @@ def trl_loss(trainer, logp, old, mask, adv, *, is_ratio=None, sampler=None):
         inputs["importance_sampling_ratio"] = is_ratio
     if sampler is not None:
         inputs["sampling_per_token_logps"] = sampler
+    if ref is not None:
+        inputs["ref_per_token_logps"] = ref
     return trainer._compute_loss(None, inputs)
 
 
@@ -127,11 +131,19 @@ def cases():
          lambda b: trl_loss(trl_trainer("bnpo", epsilon=CLIP), *b[:2], b[3], b[4])),
         ("Dr. GRPO", lambda b: policy_loss("dr_grpo", max_len=8, **_gspo(b, CLIP)),
          lambda b: trl_loss(trl_trainer("dr_grpo", epsilon=CLIP, max_len=8), *b[:2], b[3], b[4])),
-        # CISPO: TRL caps the weight at epsilon_high itself, gspo at 1 + clip_high: TRL's 5.0 is gspo's 4.0
+        # CISPO: TRL caps the weight at epsilon_high itself, gspo at 1 + clip_high: TRL's 5.0 is gspo's 4.0, the preset
         ("CISPO", lambda b: policy_loss("cispo", **_gspo(b, (1.0, 4.0))),
          lambda b: trl_loss(trl_trainer("cispo", epsilon=(0.2, 5.0)), *b[:2], b[3], b[4])),
         ("SAPO", lambda b: policy_loss("sapo", **_gspo(b, CLIP)),
          lambda b: trl_loss(trl_trainer("sapo", epsilon=CLIP), *b[:2], b[3], b[4])),
+        # DeepSeek-V3.2's unbiased KL: the k3 term weighted by pi / pi_old (b[2] stands for the reference here)
+        ("GRPO + unbiased KL", lambda b: policy_loss("grpo", ref_logp=b[2], kl_beta=0.04, kl_unbiased=True,
+                                                     **_gspo(b, CLIP)),
+         lambda b: trl_loss(trl_trainer("grpo", epsilon=CLIP, beta=0.04, bias_kl=True), *b[:2], b[3], b[4], ref=b[2])),
+        ("LUSPO", lambda b: policy_loss("luspo", **_gspo(b, CLIP)),
+         lambda b: trl_loss(trl_trainer("luspo", epsilon=CLIP, level="sequence"), *b[:2], b[3], b[4])),
+        ("VESPO", lambda b: policy_loss("vespo", **_gspo(b, CLIP)),
+         lambda b: trl_loss(trl_trainer("vespo", epsilon=CLIP), *b[:2], b[3], b[4])),
         ("GSPO (sequence level)", lambda b: policy_loss("gspo", **_gspo(b, GSPO_CLIP)),
          lambda b: trl_loss(trl_trainer("grpo", epsilon=GSPO_CLIP, level="sequence"), *b[:2], b[3], b[4])),
         ("OPSM (delta 0.02)", lambda b: policy_loss("opsm", delta=0.02, **_gspo(b, CLIP, old=b[2])),

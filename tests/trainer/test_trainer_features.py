@@ -208,5 +208,5 @@ def test_each_family_member_trains_through_gspo_train(gspo, tmp_path, monkeypatc
                 assert not dapo & set(row), name
     seen = {c[0]: c[1:] for c in calls}
     assert seen == {"dapo": (0.2, 0.28, "token_mean", None), "dr_grpo": (0.2, 0.27, "seq_mean_token_sum_norm", None),
-                    "cispo": (1.0, 5.0, "token_mean", None), "sapo": (0.2, 0.28, "seq_mean_token_mean", 1.05),
+                    "cispo": (1.0, 4.0, "token_mean", None), "sapo": (0.2, 0.28, "seq_mean_token_mean", 1.05),
                     "gmpo": (0.4, 0.4, None, None)}

@@ -22,7 +22,16 @@ from gspo.conf.errors import GspoError
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.tasks.task_types import Task
-from gspo.vocab.choices import CORRECTION_BOUNDS, ICEPOP_BAND, AdvScale, Correction, Level, Ratio
+from gspo.vocab.choices import (
+    CORRECTION_BOUNDS,
+    ICEPOP_BAND,
+    KIND_BOUNDS,
+    Advantage,
+    AdvScale,
+    Correction,
+    Level,
+    Ratio,
+)
 
 
 def check_algorithm(algo, task: Task) -> None:
@@ -55,13 +64,16 @@ def check_algorithm(algo, task: Task) -> None:
     if c.kind != Correction.NONE and c.level == Level.TOKEN and not spec.token_advantages:
         raise GspoError(f"algo.correction.level=token weights each token's term, and {algo.name} weights whole "
                         "sequences: use algo.correction.level=auto, sequence or geometric")
+    if c.kind in Correction.SEQUENCE_ONLY and c.level not in (Level.AUTO, Level.SEQUENCE):
+        raise GspoError(f"algo.correction.kind={c.kind} gives one weight per sequence: algo.correction.level={c.level} "
+                        "cannot apply (use auto or sequence)")
     if c.kind == Correction.GEO_RS and c.level not in (Level.AUTO, Level.GEOMETRIC):
         raise GspoError(f"algo.correction.kind=geo_rs masks by the geometric-mean ratio: algo.correction.level="
                         f"{c.level} cannot apply (use auto or geometric)")
     if estimator.needs_components and not task.has_components:
         raise GspoError(f"algo.advantage={algo.advantage} normalises each reward component apart, and task "
                         f"{task.name} has one reward (task=arith gives correctness and format)")
-    if algo.adv_scale == AdvScale.MEAN and (estimator.per_token or estimator.needs_components):
+    if algo.adv_scale == AdvScale.MEAN and algo.advantage != Advantage.GROUP:
         raise GspoError(f"algo.adv_scale=mean (MaxRL) applies to algo.advantage=group, not {algo.advantage}")
     if estimator.needs_steps and not task.has_steps:
         raise GspoError(f"algo.advantage={algo.advantage} needs a task whose worked steps are graded "
@@ -129,6 +141,8 @@ def correction_bounds(algo) -> CorrectionBounds:
         level = (Level.GEOMETRIC if c.kind == Correction.GEO_RS or spec.ratio == Ratio.GEOMETRIC or not spec.token_advantages
                  else Level.TOKEN)
     cap, low, high = CORRECTION_BOUNDS[level]
+    if c.kind in Correction.SEQUENCE_ONLY:  # one weight per sequence, with the kind's own numbers
+        level, (cap, low, high) = Level.SEQUENCE, KIND_BOUNDS[c.kind]
     if c.kind == Correction.MIS and level == Level.TOKEN:
         low, high = ICEPOP_BAND
     return CorrectionBounds(c.kind, level, cap if c.cap is None else c.cap, low if c.low is None else c.low,

@@ -16,12 +16,13 @@ import math
 from gspo.algos import get, get_estimator
 from gspo.trainer.engines.registry import engine_kind
 from gspo.trainer.step.advantages import correction_bounds
-from gspo.vocab.choices import Advantage, AdvScale, Correction, Level, OldLogp, Replay
+from gspo.vocab.choices import ICEPOP_BAND, Advantage, AdvScale, Correction, Level, OldLogp, Replay
 
 NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole minibatch's (every micro-batch, rank)
     "seq_mean": "1/N sum_i J_i  (N sequences of the minibatch)",
     "seq_mean_token_mean": "1/N sum_i 1/|y_i| sum_t J_it  (N sequences; each sequence's own length)",
     "token_mean": "1/T sum_i sum_t J_it  (T valid tokens of the minibatch; long sequences weigh more)",
+    "seq_mean_token_sum": "1/N sum_i J_i  (N sequences; J_i holds its length |y_i|: LUSPO)",
     "seq_mean_token_sum_norm": "1/N sum_i 1/L sum_t J_it  (N sequences; L = rollout.max_new_tokens = {max_len}, a constant)",
 }
 
@@ -35,12 +36,13 @@ def estimator_card(cfg, *, world_size: int = 1) -> str:
                "exp_lo": _num(math.exp(-algo.clip_low)), "exp_hi": _num(math.exp(algo.clip_high)),
                **{k: _num(v) if isinstance(v, float) else v for k, v in options.items()}}
     lines = [f"estimator  {algo.name}: the update's loss = -J + {_num(algo.kl_beta)} KL (k3, to the initial model; "
-             f"reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
+             + ("weighted by r_it = pi / pi_old per token, DeepSeek-V3.2's unbiased KL; " if algo.kl_unbiased else "")
+             + "reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
     lines += spec.card.format(**numbers).splitlines() if spec.card else [
         f"objective  not declared: {algo.name} registers no card (gspo.algos.register(..., card=...))"]
     lines += _advantage(cfg)
     lines += _aggregation(cfg, options.get("aggregation") or spec.aggregation, world_size)
-    lines += _policies(cfg)
+    lines += _policies(cfg, spec.make_options(dict(algo.options)))
     lines += _correction(cfg)
     return "\n".join(lines) + "\n"
 
@@ -62,6 +64,10 @@ def _advantage(cfg) -> list[str]:
     est = get_estimator(algo.advantage)
     if algo.advantage == Advantage.STEP:
         what = f"per token: the sum of the normalised rewards of its step and the later ones; each step {scale}"
+    elif algo.advantage == Advantage.LOO:
+        what = (f"A_i = r_i - the mean of the other G - 1 = {G - 1} rewards of its group (leave-one-out, RLOO)"
+                + ("" if algo.adv_scale == AdvScale.NONE else f", divided by (std_G + {eps}), Bessel std")
+                + "; a group of equal rewards gets exactly 0")
     elif est.needs_components:
         parts = "the task's reward components (arith: correctness, format)" + (
             ", and the overlong penalty as one more" if r.overlong_buffer else "")
@@ -104,12 +110,15 @@ def _aggregation(cfg, aggregation: str, world_size: int) -> list[str]:
     ]
 
 
-def _policies(cfg) -> list[str]:
+def _policies(cfg, options) -> list[str]:
     algo, r = cfg.algo, cfg.rollout
     sampled = (f"sampler    {engine_kind(r.engine).description(r)}, temperature {_num(r.temperature)}, top_p {_num(r.top_p)}: its "
                "log-probs are pi_s, scored at the same temperature and nucleus")
     if algo.correction.kind != Correction.NONE:
-        old = "a trainer scoring forward before the updates (the sampler's enter only through the correction)"
+        # OPSM's mask reads the sampler's whatever pi_old is; DPPO and CISPO only anchored there (refused here)
+        reads = get(algo.name).reads_sampler and getattr(options, "anchored_at_sampler", True)
+        old = ("a trainer scoring forward before the updates (the sampler's log-probs enter through the correction"
+               + (f", and {algo.name}'s own line above reads them)" if reads else " only)"))
     elif algo.old_logp_source == OldLogp.ENGINE:
         old = "the sampler's own log-probs (algo.old_logp_source=engine), whatever their precision; the mismatch logged"
     elif algo.old_logp_source == OldLogp.RECOMPUTE:
@@ -136,7 +145,11 @@ def _correction(cfg) -> list[str]:
            Level.GEOMETRIC: "rho_i = exp(1/|y_i| sum_t (old_logp_it - sampler_logp_it)), their geometric mean"}[b.level]
     rule = {Correction.TIS: f"c = sg(min(rho, {_num(b.cap)}))",
             Correction.MIS: f"c = sg(rho) if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 ("
-                   + ("IcePop)" if b.level == Level.TOKEN else "masked IS)"),
+                   + ("IcePop)" if b.level == Level.TOKEN and (b.low, b.high) == ICEPOP_BAND else "masked IS)"),
             Correction.MASK: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0",
-            Correction.GEO_RS: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)"}[b.kind]
+            Correction.GEO_RS: f"c = 1 if {_num(b.low)} <= rho <= {_num(b.high)}, else 0 (Geo-RS)",
+            Correction.K3_RS: f"c = 1 if 1/|y_i| sum_t k3(rho_it) <= {_num(b.cap)} and no rho_it < {_num(b.low)} (the "
+                              "token veto), else 0; k3(rho) = rho - 1 - log rho (a trust-region sequence mask)",
+            Correction.GEO_RS_TIS: f"c = sg(min(rho, {_num(b.cap)})) if {_num(b.low)} <= rho_geo_i <= {_num(b.high)}, "
+                                   "else 0, rho_geo_i their geometric mean (Geo-RS and TIS at once)"}[b.kind]
     return [f"correction {b.kind} at {b.level} level: {rule}, {rho}; c multiplies each term's advantage"]

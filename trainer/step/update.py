@@ -176,7 +176,7 @@ def _micro_loss(ctx: StepContext, batch: Batch, part: list[int], used: list | No
         algo.name, logp=logp, old_logp=old, advantages=adv,
         mask=mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
         **algo.options, max_len=ctx.sampling.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
-        seq_denominator=den[0], token_denominator=den[1], sampler_logp=sampler,
+        seq_denominator=den[0], token_denominator=den[1], sampler_logp=sampler, kl_unbiased=algo.kl_unbiased,
     )
 
 

@@ -176,7 +176,17 @@ def test_the_cards_say_what_runs():
     card = estimator_card(compose_config(["algo=opsm"]))
     assert "sum_t (sampler_logp_it - sg[logp_it]) > 0.5" in card
     card = estimator_card(compose_config(["algo=dppo_kl"]))
-    assert "q = sampler: sampler = the sampler's own log-probs (the authors' bypass_mode" in card
+    assert "q = sampler: sampler = the sampler's own log-probs pi_s (the authors' Stable-RL code" in card
+    assert "bypass_mode" not in card and "(verl's\n           form;" in card  # issue 62: verl's bypass_mode is PPO-clip
     assert "sg(min(r_it, 10000))" in card
     card = estimator_card(compose_config(["algo=grpo", "algo.old_logp_source=engine", "algo.correction.kind=mis"]))
     assert "c = sg(rho) if 0.5 <= rho <= 5, else 0 (IcePop)" in card
+    # issue 62: IcePop names its band only; another band at token level is plain masked IS
+    card = estimator_card(compose_config(["algo=grpo", "algo.old_logp_source=engine", "algo.correction.kind=mis",
+                                          "algo.correction.high=2"]))
+    assert "c = sg(rho) if 0.5 <= rho <= 2, else 0 (masked IS)" in card and "IcePop" not in card
+    # under a correction pi_old is the trainer's; OPSM's mask still reads the sampler's, and the card says so
+    card = estimator_card(compose_config(["algo=opsm", "algo.old_logp_source=engine", "algo.correction.kind=tis"]))
+    assert "enter through the correction, and opsm's own line above reads them)" in card and " only)" not in card
+    card = estimator_card(compose_config(["algo=grpo", "algo.old_logp_source=engine", "algo.correction.kind=tis"]))
+    assert "enter through the correction only)" in card

@@ -58,7 +58,7 @@ def batch() -> Batch:
 
 def _algo(name="grpo", aggregation="seq_mean_token_mean", **kw):
     options = {"aggregation": aggregation} if name == "grpo" else {}
-    return SimpleNamespace(**{"name": name, "options": options, "kl_beta": 0.0, **CLIP, **kw})
+    return SimpleNamespace(**{"name": name, "options": options, "kl_beta": 0.0, "kl_unbiased": False, **CLIP, **kw})
 
 
 def _train(**kw):
