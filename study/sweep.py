@@ -23,21 +23,32 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from shlex import quote
 
 import typer
 
-from gspo.conf.errors import GspoError
+from gspo.conf.errors import GspoError, interrupt_said
 from gspo.conf.keys import bare_lists
 from gspo.conf.overrides import MULTIRUN, check_sweep_overrides, planned_jobs, swept_keys
 from gspo.conf.schema import register_configs
 from gspo.study.arms import fold_equal_arms
 from gspo.study.job import hydra_job
-from gspo.study.launch import GIB_PER_JOB, check_launcher, jobs_at_once, launcher_overrides, threads
+from gspo.study.launch import (
+    GIB_PER_JOB,
+    JOBS,
+    check_launcher,
+    given_jobs,
+    jobs_at_once,
+    launcher_overrides,
+    threads,
+)
 from gspo.study.watch import raw_errors, watched_loky, worker_died
 from gspo.trainer.run.sweepdir import (
     SWEEP_PLAN,
@@ -84,17 +95,20 @@ def run_sweep(args: list[str], call: SweepCall | None = None) -> Path:
     sweep_dir = Path(sweep_folder(given[-1]) if given else f"results/sweeps/{stamp}")
     overrides = [a for a in overrides if not a.startswith("hydra.sweep.dir=")] + ([f"hydra.sweep.dir={sweep_dir}"]
                                                                                   if given else [])
-    if call.command == "train":
-        stamp = plan(sweep_dir, overrides, stamp, call.preset_params, resume=resume)
-    elif resume:
+    if resume and call.command != "train":
         raise GspoError("resume= is for training runs: an eval sweep runs its evals again")
-    swept = tuple(dict.fromkeys([*call.preset_keys, *swept_keys(overrides)]))
-    write_launch(sweep_dir, Launch(call.command, stamp, swept))
-    launcher = _launcher(overrides, call)
-    sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides, *launcher]
-    head = call.again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
-                                                  and not a.startswith(("hydra.sweep.dir=", "resume=")))
-    _launch(call.command, f"{head} {quote(f'hydra.sweep.dir={call.again_dir or sweep_dir}')}")
+    with _gone_unless_started(sweep_dir):
+        if call.command == "train":
+            stamp = plan(sweep_dir, overrides, stamp, call.preset_params, resume=resume)
+        swept = tuple(dict.fromkeys([*call.preset_keys, *swept_keys(overrides)]))
+        write_launch(sweep_dir, Launch(call.command, stamp, swept))
+        launcher = _launcher(overrides, call)
+        named = any(o.startswith("hydra/launcher=") for o in overrides)  # else the policy's launcher says n_jobs
+        sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET,
+                    *[o for o in overrides if named or not o.startswith(JOBS)], *launcher]
+        head = call.again or "gspo sweep " + " ".join(quote(a) for a in args if a not in MULTIRUN
+                                                      and not a.startswith(("hydra.sweep.dir=", "resume=")))
+        _launch(call.command, f"{head} {quote(f'hydra.sweep.dir={call.again_dir or sweep_dir}')}")
     if call.command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
         return sweep_dir
@@ -107,13 +121,29 @@ def run_sweep(args: list[str], call: SweepCall | None = None) -> Path:
     return sweep_dir
 
 
+@contextmanager
+def _gone_unless_started(sweep_dir: Path) -> Iterator[None]:
+    """A sweep folder this command made is removed again when the command fails before any job started (Hydra
+    refusing a launcher's setting): a corrected command then starts afresh instead of finding a plan that refuses
+    it. A folder that held anything before, a job's record, or an interrupted sweep (its line says how to resume
+    it) is kept."""
+    fresh = not sweep_dir.exists()
+    try:
+        yield
+    except (Exception, SystemExit):
+        records = sweep_dir / SWEEP_RUNS
+        if fresh and sweep_dir.is_dir() and not (records.is_dir() and any(records.iterdir())):
+            shutil.rmtree(sweep_dir, ignore_errors=True)
+        raise
+
+
 def _checked(args: list[str], call: SweepCall) -> tuple[list[str], bool]:
     """(the sweep's overrides, checked, arms that provably equal folded; whether resume= was given)."""
     overrides = bare_lists([a for a in args if a not in MULTIRUN])  # eval.benches=aime24 as in gspo train
     resume = any(a.startswith("resume=") for a in overrides)
     overrides = [a for a in overrides if not a.startswith("resume=")]
     check_sweep_overrides(overrides, call.command)
-    check_launcher(overrides)
+    check_launcher(overrides, at_once=call.at_once and call.command == "train")
     if call.command == "train":
         overrides, folded = fold_equal_arms(overrides, call.preset_params)
         for note in folded:
@@ -127,7 +157,9 @@ def _launcher(overrides: list[str], call: SweepCall) -> list[str]:
     if not (call.at_once and call.command == "train"):
         return []
     n = jobs_at_once(overrides, call.preset_params)
-    if n > 1:
+    if given_jobs(overrides) is not None and not any(o.startswith("hydra/launcher=") for o in overrides):
+        typer.echo(f"sweep: {n} job(s) at once, as hydra.launcher.n_jobs= asks", err=True)
+    elif n > 1:
         typer.echo(f"sweep: {n} jobs at once, {threads(n)} torch thread(s) each (on CPU cores the embedded model's "
                    "runs finish sooner side by side; hydra/launcher=basic runs them one at a time)", err=True)
     return launcher_overrides(n)
@@ -140,9 +172,10 @@ def _launch(command: str, resume_line: str) -> None:
     try:
         with raw_errors(joblib_jobs):
             hydra_job()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if command == "train":
             typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): {resume_line}", err=True)
+            interrupt_said(e, mark=True)
         raise
     except Exception as e:
         if not worker_died(e):
@@ -168,7 +201,23 @@ def sweep_folder(given: str) -> str:
     if "${" in folder:
         raise GspoError(f"hydra.sweep.dir={given}: only ${{now:FORMAT}} is filled in here (the sweep's folder is made "
                         "before Hydra starts); give a plain path")
+    if not _reads_back(folder):
+        raise GspoError(f"hydra.sweep.dir={given}: Hydra's override grammar does not read this path back as one folder "
+                        "(a ',' is a sweep over values; quotes, brackets, braces, '=' and '\\' are its syntax, and it "
+                        "reads ASCII only): name a folder without them")
     return folder
+
+
+def _reads_back(folder: str) -> bool:
+    """Whether `hydra.sweep.dir=<folder>`, as the sweep hands it to Hydra, is that one folder to Hydra's grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([f"hydra.sweep.dir={folder}"])
+    except HydraException:
+        return False
+    return not parsed.is_sweep_override() and parsed.value() == folder
 
 
 def plan(sweep_dir: Path, overrides: list[str], stamp: str, params: dict[str, str] | None, *, resume: bool) -> str:

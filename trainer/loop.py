@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
-from gspo.conf.errors import GspoError
+from gspo.conf.errors import GspoError, interrupt_said
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer.assets import check_offline, fetch_command
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
@@ -139,9 +139,10 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                              ref_model=ref_model, engine=engine, routing=routing, world=world)
         _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
         status = "finished"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         status = "interrupted"
         log(f"interrupted: {run.path} is kept; continue with: gspo train {quote(f'resume={run.path}')}")
+        interrupt_said(e, mark=True)
         raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]

@@ -83,9 +83,9 @@ def test_the_embedded_models_size_is_checked_against_memory_before_it_is_built(m
 
 
 def test_the_parameter_estimate_is_the_built_models():
-    """tiny_parameters (what the memory rule reads) within 1% of a built model's count, dense and MoE."""
-    from gspo.trainer.model.models import build_tiny_qwen3
+    """tiny_parameters (what the memory rule reads) within 5% above a built model's count, dense and MoE."""
     from gspo.evals.arith import ALPHABET
+    from gspo.trainer.model.models import build_tiny_qwen3
 
     for preset in (["model.tiny.hidden_size=64"], ["model=tiny-moe", "model.tiny.hidden_size=64"]):
         t = compose_config(preset).model.tiny
