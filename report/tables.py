@@ -313,9 +313,12 @@ def fmt_effect(effect: float) -> str:
 
 
 def status_table(arms: list[Arm]) -> pd.DataFrame:
+    """One row per run; wall_s sums the attempts that ended, and a run with attempts that died (killed, the machine
+    lost) shows their seconds apart, in `dead attempts' s`."""
+    dead = any(r.status.get("dead_s") for arm in arms for r in arm.runs)
     rows = [{"run": r.run_id, "arm": arm.label, "seed": r.config.get("seed"), "status": r.status.get("status", "unknown"),
              "step": r.last_step, "of steps": r.config.get("train.steps"), "wall_s": r.status.get("wall_s"),
-             "load (max)": load_text(r)}
+             **({"dead attempts' s": r.status.get("dead_s")} if dead else {}), "load (max)": load_text(r)}
             for arm in arms for r in arm.runs]
     return pd.DataFrame(rows)
 

@@ -126,7 +126,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
     _open_run(cfg, run, ckpt, start, world, unrebuilt, log, None if ckpt else start_of(cfg, model))
     status, error, loggers = "failed", None, None
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in ENDING_SIGNALS}
     try:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True), log=log) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
@@ -150,7 +150,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             run.fail(error)  # [distributed] torchrun stops the other ranks next; rank 0 keeps this error
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         status, error, extra = distributed.final_status(run, status, error, world)
         try:
             run.set_status(status, **({"error": error} if error else {}), **extra)
@@ -318,6 +319,11 @@ def _watch(detector: CollapseDetector, cfg, run: RunDir, step: int, row: dict, l
     if stop:
         run.set_status("running", stopped="collapse")
     return stop
+
+
+# a scheduler's kill and a closed terminal (SIGHUP: the ssh session or the window that ran it went away) end a run
+# as Ctrl-C does: recorded interrupted, resumable, exit 128 + the signal
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _raise_interrupt(signum, frame):

@@ -58,7 +58,20 @@ def recovered_facts(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> dict:
     started = _started(run)
     if started is not None:
         facts |= {"started": started.isoformat(timespec="seconds"), "started_unix": started.timestamp()}
-    return facts
+    return facts | _start(cfg)
+
+
+def _start(cfg) -> dict:
+    """run.json's `start` (the weights the run began from, which the report pools runs by) as the run's config
+    names it: the embedded model's cold start, shipped or cached here (a hub model's revision is not in the
+    run's files: left out, and the report shows it unrecorded)."""
+    if cfg.model.name != "tiny":
+        return {}
+    from gspo.trainer.coldstart import existing_start, start_record
+    from gspo.trainer.policy import tiny_spec
+
+    folder = existing_start(tiny_spec(cfg), cfg.model.tiny.cache_dir)
+    return {"start": start_record(folder)} if folder is not None else {}
 
 
 def replayed_detector(run: RunDir, cfg, eval_key: str, rows: list[dict]) -> CollapseDetector:
