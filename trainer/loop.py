@@ -34,7 +34,7 @@ from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import distributed, fsdp
 from gspo.trainer.parallel.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.parallel.moe import RoutingRecorder
-from gspo.trainer.policy import load_policy, start_of
+from gspo.trainer.policy import known_start, load_policy, start_of
 from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
@@ -112,7 +112,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
     world = compute[2]
     if cfg.resume and world.main:
-        rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log)  # a damaged run.json, its facts kept
+        rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log,  # a damaged run.json, its facts kept
+                       start=lambda: known_start(cfg))
         check_stopped(run, cfg.train.past_stop)  # before the model loads
         check_wandb_folder(run.path, cfg.logger.wandb)
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
