@@ -18,7 +18,7 @@ WANDB_HOST = "api.wandb.ai"
 def check_hf_endpoint() -> None:
     """HF_ENDPOINT, when set, is an http(s) URL with a host (a mirror's, e.g. https://hf-mirror.com)."""
     given = os.environ.get("HF_ENDPOINT")
-    if given is None:
+    if given is None:  # an empty one is huggingface_hub's endpoint too (it reads the variable as set): checked
         return
     try:
         url = urlparse(given)

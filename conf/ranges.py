@@ -118,7 +118,7 @@ def check_lengths(cfg: DictConfig, prefix: str = "") -> None:
         if n < low or (high is not None and n > high):
             want = f"exactly {low}" if low == high else f"at least {low}" if high is None else f"{low} to {high}"
             why = WHY.get(key)
-            raise GspoError(f"{key}={_show_list(value)}: must be a list of {want} item{'s' if high != 1 else ''}"
+            raise GspoError(f"{key}={_show_list(value)}: must be a list of {want} item{'s' if (high or low) != 1 else ''}"
                             + (f" ({why})" if why else ""))
 
 

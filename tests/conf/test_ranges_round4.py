@@ -60,7 +60,7 @@ HEADS = "(each attention head takes an equal share of the width)"
                                          "entropy is at most ln(vocabulary size)"),
     ("model.tiny.sft_max_steps=0", "model.tiny.sft_max_steps=0: must be >= 1 (the cold start fine-tunes for at least "
                                    "one step before it is checked)"),
-    ("model.lora.target_modules=[]", "model.lora.target_modules=[]: must be a list of at least 1 items"),
+    ("model.lora.target_modules=[]", "model.lora.target_modules=[]: must be a list of at least 1 item"),
 ])
 def test_a_setting_the_code_cannot_use_is_one_line(override, message):
     with pytest.raises(GspoError) as e:
