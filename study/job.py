@@ -29,7 +29,7 @@ from gspo.study.watch import die_with_parent, orphaned
 from gspo.trainer.evaluate import run_eval
 from gspo.trainer.loop import train
 from gspo.trainer.parallel.distributed import export_slurm_world, world_from_env
-from gspo.trainer.run.rundir import read_status
+from gspo.trainer.run.rundir import read_status, slurm_job
 from gspo.trainer.run.sweepdir import Launch, job_run_dir, planned, read_launch, sweep_job, write_job_record
 from gspo.vocab.metrics import EVAL, EVAL_ACCURACY
 
@@ -78,7 +78,7 @@ def train_job(cfg: DictConfig, hc, launch: Launch) -> float:
         cfg = continued_config(cfg, run_dir)
         name_job(cfg, hc.job, launch)  # W&B group and tags as this sweep names them
     record = {"run_dir": str(run_dir), "overrides": said, "pid": os.getpid(), "started": time.time(),
-              "attempts": attempts(sweep_dir, num) if main else []}
+              "attempts": attempts(sweep_dir, num) if main else []} | ({"slurm_job": job} if (job := slurm_job()) else {})
     if main:
         write_job_record(sweep_dir, num, record)
         say(f"{where}: {said} -> {run_dir}{f' (resuming: it was {state})' if cfg.resume else ''} "
@@ -133,7 +133,7 @@ def attempts(sweep_dir: Path, num: int) -> list[dict]:
     old = sweep_job(sweep_dir, num)
     if old is None:
         return []
-    return [*old.pop("attempts", []), {k: v for k, v in old.items() if k in ("pid", "started", "ended", "outcome")}]
+    return [*old.pop("attempts", []), {k: v for k, v in old.items() if k in ("pid", "started", "ended", "outcome", "slurm_job")}]
 
 
 def outcome(e: BaseException) -> str:

@@ -113,9 +113,28 @@ def threads(n_jobs: int) -> int:
 
 
 def threads_per_job() -> int | None:
-    """In a job: the torch threads its launcher's share of the cores gives it (None: the launcher says nothing)."""
+    """In a job: the torch threads its launcher's share of the cores gives it (None: the launcher says nothing).
+    A Slurm task takes the CPUs Slurm allocated it (`slurm_threads`)."""
+    if (n := slurm_threads()) is not None:
+        return n
     n_jobs = launcher_jobs()
     return threads(n_jobs) if n_jobs else None
+
+
+def slurm_threads(env: dict[str, str] | None = None) -> int | None:
+    """In a task of a Slurm job (submitit's): the CPUs Slurm gave it, SLURM_CPUS_PER_TASK (--cpus-per-task), else
+    the node's CPUs of the job shared by its tasks there (SLURM_JOB_CPUS_PER_NODE / SLURM_NTASKS_PER_NODE, Slurm's
+    forms such as `4(x2)` read); None outside Slurm."""
+    env = os.environ if env is None else env
+    if env.get("SUBMITIT_EXECUTOR") != "slurm":
+        return None
+    if env.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        return max(1, int(env["SLURM_CPUS_PER_TASK"]))
+    cpus = env.get("SLURM_JOB_CPUS_PER_NODE", "").split("(")[0].split(",")[0]
+    tasks = (env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1").split("(")[0].split(",")[0]
+    if not (cpus.isdigit() and tasks.isdigit()):
+        return None
+    return max(1, int(cpus) // max(1, int(tasks)))
 
 
 def launcher_jobs() -> int | None:

@@ -49,6 +49,7 @@ from gspo.study.launch import (
     launcher_overrides,
     threads,
 )
+from gspo.study.slurm import watched_slurm
 from gspo.study.watch import raw_errors, watched_loky, worker_died
 from gspo.trainer.run.sweepdir import (
     SWEEP_PLAN,
@@ -168,9 +169,10 @@ def _launcher(overrides: list[str], call: SweepCall) -> list[str]:
 def _launch(command: str, resume_line: str) -> None:
     """Hydra's multirun of sys.argv; an interruption or a killed worker said in one line with `resume_line`."""
     watched_loky()  # before any worker starts: each watches this process from its birth
-    joblib_jobs = any("joblib" in a for a in sys.argv if a.startswith("hydra/launcher="))
+    watched_slurm()  # Slurm jobs' states said as they change; a job Slurm killed is one line (study/slurm.py)
+    named = [a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra/launcher=")]
     try:
-        with raw_errors(joblib_jobs):
+        with raw_errors(any(n.startswith(("joblib", "slurm")) for n in named)):
             hydra_job()
     except KeyboardInterrupt as e:
         if command == "train":

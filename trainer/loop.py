@@ -140,7 +140,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                              ref_model=ref_model, engine=engine, routing=routing, world=world)
         _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
         status = "finished"
-    except KeyboardInterrupt as e:
+    except (KeyboardInterrupt, SystemExit) as e:  # SystemExit: a Slurm job preempted (submitit requeues it, then exits)
         status = "interrupted"
         log(f"interrupted: {run.path} is kept; continue with: gspo train {quote(f'resume={run.path}')}")
         interrupt_said(e, mark=True)

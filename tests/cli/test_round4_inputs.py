@@ -68,7 +68,7 @@ def test_wandb_online_without_a_key_is_one_line_before_a_sweep_folder(gspo, monk
     (["hydra/launcher=joblib", "hydra.launcher.n_jobs=0"],
      "hydra.launcher.n_jobs=0: must be a whole number of jobs run at once, >= 1 (or -1: one per core)"),
     (["hydra/launcher=jobllib"], "hydra/launcher=jobllib: no such launcher (available: basic, joblib, submitit_local, "
-                                 "submitit_slurm, slurm_1x8, slurm_2x8) (did you mean joblib?)"),
+                                 "submitit_slurm, slurm, slurm_1x8, slurm_2x8) (did you mean joblib?)"),
     (["hydra/launcher=basic", "hydra.launcher.n_jobs=2"], "hydra.launcher.n_jobs=2: n_jobs is the joblib launcher's "
                                                           "setting; hydra/launcher=basic has none"),
     (["hydra.launcher.n_jobs=1"], "hydra.launcher.n_jobs=1: n_jobs is the joblib launcher's setting; add "

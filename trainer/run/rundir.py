@@ -258,6 +258,8 @@ class RunDir:
             self._attempt_start = info["attempt_started_unix"] = time.time()
         info.update(fields, status=status, updated=_now(), updated_unix=time.time(), pid=os.getpid(),
                     host=socket.gethostname())
+        if job := slurm_job():  # where the run ran: every Slurm job that worked on it, in order (a requeue keeps its id)
+            info["slurm_jobs"] = list(dict.fromkeys([*info.get("slurm_jobs", []), job]))
         load = round(os.getloadavg()[0], 2)  # runnable processes (1-min mean): the load the run's times were taken under
         info.setdefault("load_start", load)
         info["load_max"] = max(info.get("load_max", load), load)
@@ -504,3 +506,12 @@ def _gspo_version() -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def slurm_job() -> str | None:
+    """The Slurm job this process runs in, as squeue and sacct name it (`<array id>_<task>` for a job array's
+    task, as Hydra's submitit launcher submits a sweep), or None outside Slurm."""
+    env = os.environ
+    if "SLURM_ARRAY_JOB_ID" in env and "SLURM_ARRAY_TASK_ID" in env:
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")

@@ -7,7 +7,7 @@ side by side (study/ writes a sweep, report/ reads one; neither states the forma
                               attempt needs from the command that started it (the job's typed record, read by
                               `read_launch` in the job's own process, which a launcher may have started elsewhere)
     <sweep>/runs/<job>.json   what one job ran (SWEEP_RUNS): {"run_dir", "overrides", "pid", "started", "ended",
-                              "outcome", "attempts"}; its run_dir relative to the sweep folder (an older gspo wrote
+                              "outcome", "attempts", "slurm_job"}; its run_dir relative to the sweep folder (an older gspo wrote
                               it absolute: still read); written as the job starts and again as it ends
 
 A damaged record is a RecordError (trainer/run/records.py): one line naming the file and the field.
@@ -30,7 +30,7 @@ LAUNCH = "launch.json"
 SWEEP_PLAN_FIELDS = {"overrides": list, "params": dict, "stamp": str, "jobs": list}
 SWEEP_PLAN_REQUIRED = ("overrides", "stamp")
 SWEEP_JOB_FIELDS = {"run_dir": str, "overrides": str, "pid": int, "started": NUMBER, "ended": NUMBER, "outcome": str,
-                    "attempts": list}
+                    "attempts": list, "slurm_job": str}
 SWEEP_JOB_REQUIRED = ("run_dir",)
 LAUNCH_FIELDS = {"command": str, "stamp": str, "swept": list}
 COMMANDS = ("train", "eval")  # what a sweep's jobs run: `gspo train` or `gspo eval`, one per job

@@ -19,13 +19,16 @@ import math
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import LEARNING_SEED, TINY, without_timing
+from ranks import RTOL, SAME_FORWARDS
+from ranks import assert_rows_match as _assert_rows_match
+from ranks import one_process as _one_process
+from ranks import torchrun as _torchrun
+from ranks import weights as _weights
 from safetensors.torch import load_file
 
 from gspo.trainer.parallel.distributed import World, check_layout, group_range, mine
@@ -33,57 +36,6 @@ from gspo.trainer.run.rundir import read_jsonl
 from gspo.trainer.step.update import micro_batches
 
 pytestmark = pytest.mark.slow
-
-RTOL = 1e-6
-# The layout both runs share, so that the ranks run exactly one process's forwards: generation in chunks of
-# 4 rows (a rank's one group of 4), and micro-batches set explicitly (unset, one process runs a minibatch
-# whole and W processes 1/W of it each).
-SAME_FORWARDS = ("rollout.batch_size=4",)
-
-
-def _torchrun(gspo, nproc: int, *args: str, script: Path | None = None, timeout: float = 300):
-    """`torchrun --standalone --nproc-per-node N -m gspo.cli.main train ...` (or a wrapper script)."""
-    target = [str(script)] if script else ["-m", "gspo.cli.main"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *target,
-           "train", "-q", *TINY, *args]
-    return subprocess.run(cmd, env=gspo.env | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-
-
-@contextmanager
-def _threads(n: int):
-    """The in-process run at n torch threads (intra-op and MKL), as a torchrun rank runs with OMP_NUM_THREADS=n."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _one_process(gspo, tmp_path: Path, *common: str) -> Path:
-    """The one-process reference run, at the rank's one thread."""
-    with _threads(1):
-        return gspo.train(tmp_path, "one", *common)
-
-
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a == b
-    return math.isclose(a, b, rel_tol=RTOL, abs_tol=0.0)
-
-
-def _assert_rows_match(one: list[dict], two: list[dict]) -> None:
-    one, two = without_timing(one), without_timing(two)
-    assert [sorted(r) for r in one] == [sorted(r) for r in two]
-    bad = [(r["step"], k, r[k], s[k]) for r, s in zip(one, two, strict=True) for k in r if not _close(r[k], s[k])]
-    assert not bad, bad
-
-
-def _weights(run: Path) -> dict[str, torch.Tensor]:
-    latest = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
-    return load_file(latest / "model.safetensors")
-
 
 @pytest.mark.parametrize("algo, extra", [("grpo", ("train.micro_batch_size=1",)),
                                          ("gspo", ("train.micro_batch_size=2",)),
