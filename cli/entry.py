@@ -24,9 +24,16 @@ def first_line(argv: list[str]) -> str | None:
 
 
 def main() -> None:
-    line = first_line(sys.argv[1:])
-    if line and sys.stderr.isatty():
-        print(line, file=sys.stderr, flush=True)
-    from gspo.cli.main import main as run
-
+    """A Ctrl-C while the libraries load (the first seconds of every command) is one line and exit 130, as one
+    during the command is (gspo.cli.main.main): never an import's traceback."""
+    try:
+        line = first_line(sys.argv[1:])
+        if line and sys.stderr.isatty():
+            print(line, file=sys.stderr, flush=True)
+        from gspo.cli.main import main as run
+    except KeyboardInterrupt:
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        print(f"interrupted: gspo {command} stopped while loading its libraries; nothing was written".replace("  ", " "),
+              file=sys.stderr, flush=True)
+        sys.exit(130)
     run()

@@ -21,7 +21,8 @@ import typer
 from gspo.cli.compare import EPILOG, compare_cmd
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
-from gspo.conf.errors import GspoError, is_rank0, one_line_errors
+from gspo.conf.environment import check_hf_endpoint
+from gspo.conf.errors import GspoError, interrupt_said, is_rank0, one_line_errors
 from gspo.conf.schema import Config
 
 app = typer.Typer(
@@ -295,19 +296,42 @@ def _offline_without_network() -> None:
 
 
 def main() -> None:
-    """Console entry point: user errors are one line on stderr and exit code 2, never a traceback."""
-    _offline_without_network()
-    # weight loading/saving bars would bury the run's own progress: transformers' and the hub's bars both read
-    # this at import (as transformers.utils.logging.disable_progress_bar() sets them), and importing
-    # transformers here would cost a command that fails on its config several seconds before its one line
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    """Console entry point: user errors are one line on stderr and exit code 2, never a traceback; an interrupt
+    (Ctrl-C, or a signal the trainer turns into one) at any moment is one line and 128 + the signal's number."""
     try:
         with one_line_errors():
+            check_hf_endpoint()  # every command reads it (huggingface_hub at import): one line, not a traceback
+            _offline_without_network()
+            # weight loading/saving bars would bury the run's own progress: transformers' and the hub's bars both read
+            # this at import (as transformers.utils.logging.disable_progress_bar() sets them), and importing
+            # transformers here would cost a command that fails on its config several seconds before its one line
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
             app()
-    except KeyboardInterrupt as e:
-        if is_rank0():
-            typer.echo("interrupted: the run directory is kept; continue with: gspo train resume=<run dir>", err=True)
-        sys.exit(interrupt_exit_code(e))
+    except KeyboardInterrupt as e:  # outside Typer's command (its own start)
+        _interrupted(e)
+    except SystemExit as e:  # Typer ends a command's interrupt as exit 130, silently
+        interrupt = _interrupt_of(e)
+        if interrupt is None:
+            raise
+        _interrupted(interrupt)
+
+
+def _interrupt_of(e: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt an exit was raised over (Typer raises Exit(130) from it), or None."""
+    seen = 0
+    while e is not None and seen < 5:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+def _interrupted(e: KeyboardInterrupt) -> None:
+    """One line (unless the trainer or the sweep said theirs, naming what is kept and how to continue), then exit."""
+    if is_rank0() and not interrupt_said(e):
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        typer.echo(f"interrupted: gspo {command} stopped before it finished", err=True)
+    sys.exit(interrupt_exit_code(e))
 
 
 def interrupt_exit_code(e: KeyboardInterrupt) -> int:

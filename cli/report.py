@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ def report_cmd(
     )
     from gspo.study.plan import report_plan
 
-    paths = list(paths or [])
+    paths = _until_named(list(paths or []))
     rounds: dict = {}
     if out is None:  # one sweep (its rounds, an until's rounds too): <sweep>/report
         one = len(paths) == 1 and ((paths[0] / "runs").is_dir() or (paths[0] / "sequential.json").is_file())
@@ -75,6 +76,34 @@ def report_cmd(
     for name, report in write_groups(paths, out, **kwargs):
         typer.echo(f"== {name}")
         print_report(report)
+
+
+_ROUND = re.compile(r"round-\d+")
+
+
+def _until_of(path: Path) -> Path | None:
+    """The until=resolved experiment `path` is, or is a round folder of (None: neither)."""
+    if (path / "sequential.json").is_file():
+        return path
+    if _ROUND.fullmatch(path.name) and (path.parent / "sequential.json").is_file():
+        return path.parent
+    return None
+
+
+def _until_named(paths: list[Path]) -> list[Path]:
+    """An until=resolved experiment is reported whole, with its repeated looks' interval: its folder, or all its round
+    folders (read as the folder); named beside other runs, or some of its rounds alone, it is one line (the plain
+    95% interval would read its runs as one fixed look, which the rounds were not)."""
+    outers = {_until_of(p) for p in paths}
+    if not any(outers) or (len(paths) == 1 and _until_of(paths[0]) == paths[0]):
+        return paths
+    outer = next(o for o in outers if o is not None)
+    rounds = sorted(outer.glob("round-*"))
+    if outers == {outer} and all(p != outer for p in paths) and sorted(set(paths)) == rounds:
+        return [outer]
+    raise GspoError(f"{outer} is an until=resolved experiment (seeds added in rounds, each look at its own level): "
+                    f"report it alone, gspo report {outer}, which gives the interval its repeated looks need; "
+                    "with other runs, or some of its rounds, the plain 95% interval would be wrong for it")
 
 
 def print_report(report: Report) -> None:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from gspo.conf.choice_check import check_choice, check_choices, near_hint
+from gspo.conf.environment import check_wandb_online
 from gspo.conf.errors import GspoError
 from gspo.conf.keys import bare_lists, check_flags, sweep_hint, unknown_key
 from gspo.conf.ranges import check_numbers
@@ -164,6 +165,7 @@ def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_k
                   task_kinds if task_kinds is not None else _task_kinds())
     check_choice("rollout.engine", cfg.rollout.engine, sorted(set(engines if engines is not None else _engine_names())))
     _check_run_location(cfg)
+    check_wandb_online(cfg.logger.wandb)
     t = cfg.train
     check_numbers(cfg)  # each setting's own range (conf/ranges.py); each error names the one key out of range
     if cfg.task.max_digits < cfg.task.min_digits:

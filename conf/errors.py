@@ -76,6 +76,14 @@ def _say_error(message: str) -> None:
     sys.exit(2)
 
 
+def interrupt_said(e: BaseException, *, mark: bool = False) -> bool:
+    """Whether the interrupt `e`'s one line is out already (the trainer's or a sweep's, naming what is kept and how
+    to continue): the console entry point then adds none. `mark`: say that it is."""
+    if mark:
+        e.gspo_said = True  # type: ignore[attr-defined]
+    return bool(getattr(e, "gspo_said", False))
+
+
 def is_rank0() -> bool:
     """Under torchrun (or a Slurm job made a data-parallel run), rank 0 alone speaks for the job: every rank
     exits 2, one `error:` line is printed. RANK is torchrun's variable (export_slurm_world sets it too)."""

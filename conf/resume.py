@@ -10,6 +10,7 @@ naming the key, unless it repeats the run's own value.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
         raise GspoError("resume=true needs the run: run_id=<id> (under output_dir) or resume=<run dir>")
     path = Path(composed.output_dir) / composed.run_id
     saved = saved_config(path, "resume=true")
+    original = saved.copy()
     for key in _override_keys(overrides):
         new, old = OmegaConf.select(composed, key), OmegaConf.select(saved, key)
         if _extends(key):
@@ -61,8 +63,30 @@ def resume_config(composed: DictConfig, overrides: list[str]) -> DictConfig:
             raise GspoError(
                 f"{key}: a resumed run keeps its own config ({key}={_show(old)} in {path / 'config.yaml'}); "
                 f"on resume only {', '.join(EXTENDS[:-3])} may change; start a new run_id to change {key}")
+    _check_final_eval(saved, original, path)
     saved.resume, saved.run_id, saved.output_dir = True, composed.run_id, composed.output_dir
     return saved
+
+
+def _check_final_eval(saved: DictConfig, original: DictConfig, path: Path) -> None:
+    """A finished run's final eval is done: a resume that trains no further step would not run it again, so a
+    changed train.final_eval_k is refused (config.yaml would claim a final eval the run never made)."""
+    if saved.train.final_eval_k == original.train.final_eval_k:
+        return
+    try:
+        info = json.loads((path / "run.json").read_text())
+    except (OSError, ValueError):
+        return  # no readable record: the run is rebuilt or restarted, and evaluates at its end
+    if not isinstance(info, dict) or info.get("status") != "finished":
+        return
+    stays_stopped = bool(info.get("stopped")) and not saved.train.past_stop
+    if saved.train.steps > original.train.steps and not stays_stopped:
+        return  # it trains on, and its new last step is evaluated at the new k
+    raise GspoError(f"train.final_eval_k={saved.train.final_eval_k}: run {path} is finished, and its final eval (step "
+                    f"{info.get('step')}) used train.final_eval_k={original.train.final_eval_k}; a resume that trains no "
+                    f"further step does not evaluate again: evaluate its last checkpoint with gspo eval "
+                    f"eval.run={path}{' eval.benches=[arith]' if saved.task.kind == 'arith' else ''} "
+                    f"eval.k={saved.train.final_eval_k}, or extend train.steps")
 
 
 def continued_config(composed: DictConfig, path: Path) -> DictConfig:

@@ -71,7 +71,9 @@ def _metrics(path: Path) -> tuple[pd.DataFrame, list[str], dict[str, int], int]:
         kept = {k: v if k == "step" else finite_or_none(v) for k, v in row.items()}
         not_numbers += sum(v is not None and kept[k] is None for k, v in row.items())
         clean.append(kept)
-        final_steps |= {k: row["step"] for k in row if k != "step" and "step" in row}
+        step = row.get("step")
+        if isinstance(step, int | float) and not isinstance(step, bool):  # the latest step, not the last line: a
+            final_steps |= {k: step for k in row if k != "step" and step >= final_steps.get(k, step)}  # copied row
     frame = pd.DataFrame(clean)
     if "step" not in frame:
         frame["step"] = pd.Series(dtype=int)

@@ -314,10 +314,14 @@ def fmt_effect(effect: float) -> str:
 
 
 def status_table(arms: list[Arm]) -> pd.DataFrame:
-    """One row per run: its state, and where it ran (the Slurm jobs, for runs made on a cluster)."""
+    """One row per run: its state, and where it ran (the Slurm jobs, for runs made on a cluster); wall_s sums the
+    attempts that ended, and a run with attempts that died (killed, the machine lost) shows their seconds apart, in
+    `dead attempts' s`."""
     slurm = any(r.status.get("slurm_jobs") for arm in arms for r in arm.runs)
+    dead = any(r.status.get("dead_s") for arm in arms for r in arm.runs)
     rows = [{"run": r.run_id, "arm": arm.label, "seed": r.config.get("seed"), "status": r.status.get("status", "unknown"),
              "step": r.last_step, "of steps": r.config.get("train.steps"), "wall_s": r.status.get("wall_s"),
+             **({"dead attempts' s": r.status.get("dead_s")} if dead else {}),
              "load (max)": load_text(r)} | ({"slurm job": " ".join(r.status.get("slurm_jobs") or []) or "-",
                                              "host": r.status.get("host")} if slurm else {})
             for arm in arms for r in arm.runs]

@@ -41,7 +41,7 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     """A preset's plan (`overrides`: the whole command line, for the page and the resume line), registered in its
     folder, then its report in <folder>/report."""
     command, verdict = f"gspo compare {' '.join(overrides)}".strip(), plan.verdict
-    check_launcher(list(plan.overrides))  # before the plan is registered
+    check_launcher(list(plan.overrides), at_once=True)  # before the plan is registered
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
         primary(arm_config(plan, plan.arms[0] if plan.arms else "").task.name, verdict.primary)
     for note in plan.notes:

@@ -33,7 +33,7 @@ from gspo.trainer.parallel.distributed import export_slurm_world, world_from_env
 from gspo.trainer.run.loggers import without_wandb_note
 from gspo.trainer.run.progress import side_by_side
 from gspo.trainer.run.rundir import read_status, slurm_job
-from gspo.trainer.run.sweepdir import Launch, planned, read_launch, sweep_job, write_job_record
+from gspo.trainer.run.sweepdir import Launch, job_run_dir, planned, read_launch, sweep_job, write_job_record
 from gspo.vocab.metrics import EVAL, EVAL_ACCURACY
 
 
@@ -65,7 +65,7 @@ def train_job(cfg: DictConfig, hc, launch: Launch) -> float:
     name_job(cfg, hc.job, launch)
     if threads := threads_per_job():
         torch.set_num_threads(threads)
-    run_dir = (Path(cfg.output_dir) / cfg.run_id).resolve()
+    run_dir = recorded_run(sweep_dir, num, cfg) or (Path(cfg.output_dir) / cfg.run_id).resolve()
     objective = cfg.objective or EVAL.format(cfg.task.name, EVAL_ACCURACY)
     jobs = planned(sweep_dir)
     said = jobs[num] if jobs and num < len(jobs) else " ".join(hc.job.override_dirname.split(","))
@@ -104,6 +104,22 @@ def train_job(cfg: DictConfig, hc, launch: Launch) -> float:
         return float("nan")  # the launcher reports rank 0's value
     write_job_record(sweep_dir, num, record | {"ended": time.time(), "outcome": "finished"})
     return run_value(load_run(run_dir), objective, "final")
+
+
+def recorded_run(sweep_dir: Path, num: int, cfg: DictConfig) -> Path | None:
+    """The run this job's record names when it is not where output_dir= resolves from here (a relative output_dir,
+    the sweep run again from another folder): that run, its output_dir made its parent (so it is skipped or resumed,
+    never trained again beside itself). None: no record, or the run is where output_dir says."""
+    record = sweep_job(sweep_dir, num)
+    if record is None or not isinstance(record.get("run_dir"), str):
+        return None
+    there = job_run_dir(sweep_dir, record).resolve()
+    here = (Path(cfg.output_dir) / cfg.run_id).resolve()
+    if there == here or there.name != cfg.run_id or not (there / "config.yaml").is_file():
+        return None
+    with open_dict(cfg):
+        cfg.output_dir = str(there.parent)
+    return there
 
 
 def name_job(cfg: DictConfig, job, launch: Launch) -> None:

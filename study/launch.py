@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from gspo.conf.choice_check import near_hint
 from gspo.conf.compose import compose_config
 from gspo.conf.errors import GspoError
 from gspo.conf.overrides import first_job
@@ -80,6 +81,8 @@ def jobs_at_once(plan: Plan) -> int:
     policy's answer, else 1."""
     if any(o.startswith("hydra/launcher=") for o in plan.overrides):
         return 1
+    if (asked := given_jobs(list(plan.overrides))) is not None:  # hydra.launcher.n_jobs=N alone: N, as the user said
+        return asked
     machine = Machine(list(plan.overrides), dict(plan.params), len(plan.jobs or []), os.cpu_count() or 1,
                       memory_gib())
     for _, policy in POLICIES:
@@ -153,10 +156,58 @@ def plugin_installed(module: str) -> bool:
     return importlib.util.find_spec(f"hydra_plugins.{module}") is not None
 
 
-def check_launcher(overrides: list[str]) -> None:
-    """A `hydra/launcher=` whose Hydra plugin is missing (ours in conf/hydra/launcher/ build on one): one line,
-    before Hydra's own many-line error."""
-    for name in [o.split("=", 1)[1] for o in overrides if o.startswith("hydra/launcher=")]:
+HYDRA_LAUNCHERS = ("basic", "joblib", "submitit_local", "submitit_slurm")  # Hydra's own and its plugins'
+JOBS = "hydra.launcher.n_jobs="
+
+
+def check_launcher(overrides: list[str], *, at_once: bool = False) -> None:
+    """The launcher a sweep names exists and its plugin is installed (ours in conf/hydra/launcher/ build on one);
+    hydra.launcher.n_jobs= is a number of jobs at once that joblib runs (`at_once`: the launcher policy may pick
+    joblib, so n_jobs alone sets its number). Each one line before the sweep's folder is written, not Hydra's many."""
+    ours = sorted(p.name.removesuffix(".yaml") for p in resources.files("gspo.conf").joinpath("hydra", "launcher").iterdir()
+                  if p.name.endswith(".yaml"))
+    names = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra/launcher=")]
+    for name in names:
+        if name not in (*HYDRA_LAUNCHERS, *ours):
+            valid = [*HYDRA_LAUNCHERS, *ours]
+            raise GspoError(f"hydra/launcher={name}: no such launcher (available: {', '.join(valid)})"
+                            f"{near_hint(name, valid)}")
+    _check_plugins(names)
+    given = [o.removeprefix(JOBS) for o in overrides if o.startswith(JOBS)]
+    if not given:
+        return
+    n = _jobs_number(given[-1])
+    launcher = names[-1] if names else None
+    if launcher is not None and not launcher.startswith("joblib"):
+        raise GspoError(f"{JOBS}{n}: n_jobs is the joblib launcher's setting; hydra/launcher={launcher} has none "
+                        "(use hydra/launcher=joblib to run jobs side by side)")
+    if launcher is None and not at_once:
+        raise GspoError(f"{JOBS}{n}: n_jobs is the joblib launcher's setting; add hydra/launcher=joblib (gspo sweep "
+                        "runs one job at a time under Hydra's basic launcher unless told)")
+
+
+def _jobs_number(given: str) -> int:
+    """hydra.launcher.n_jobs= as joblib reads it: jobs at once, or -1 for one per core."""
+    try:
+        n = int(given)
+    except ValueError:
+        n = 0
+    if n < 1 and n != -1:
+        raise GspoError(f"{JOBS}{given}: must be a whole number of jobs run at once, >= 1 (or -1: one per core)")
+    return n
+
+
+def given_jobs(overrides: list[str]) -> int | None:
+    """The jobs at once a command line asks for with hydra.launcher.n_jobs= (-1: one per core), None if none."""
+    given = [o.removeprefix(JOBS) for o in overrides if o.startswith(JOBS)]
+    if not given:
+        return None
+    n = _jobs_number(given[-1])
+    return os.cpu_count() or 1 if n == -1 else n
+
+
+def _check_plugins(names: list[str]) -> None:
+    for name in names:
         ours = resources.files("gspo.conf").joinpath("hydra", "launcher", f"{name}.yaml")
         base = name
         if ours.is_file():

@@ -23,19 +23,30 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from shlex import quote
 
 import typer
 
-from gspo.conf.errors import GspoError
+from gspo.conf.errors import GspoError, interrupt_said
 from gspo.conf.overrides import MULTIRUN
 from gspo.conf.schema import register_configs
 from gspo.study.job import hydra_job
-from gspo.study.launch import GIB_PER_JOB, check_launcher, jobs_at_once, launcher_overrides, threads
+from gspo.study.launch import (
+    GIB_PER_JOB,
+    JOBS,
+    check_launcher,
+    given_jobs,
+    jobs_at_once,
+    launcher_overrides,
+    threads,
+)
 from gspo.study.plan import Plan, make_plan
 from gspo.study.slurm import watched_slurm
 from gspo.study.watch import raw_errors, watched_loky, worker_died
@@ -77,24 +88,26 @@ def run_sweep(args: list[str] | Plan, call: SweepCall | None = None) -> Path:
     call = call or SweepCall()
     register_configs()
     plan = args if isinstance(args, Plan) else make_plan(args, call.command)
-    check_launcher(list(plan.overrides))
+    check_launcher(list(plan.overrides), at_once=call.at_once and call.command == "train")
     for note in plan.notes if plan is not args else ():  # a caller's plan: said where it was made
         typer.echo(f"note: {note}", err=True)
     stamp = new_stamp()
     given = plan.folder
     sweep_dir = Path(sweep_folder(given) if given else f"results/sweeps/{stamp}")
     overrides = [a for a in plan.overrides if not a.startswith("hydra.sweep.dir=")]
-    if call.command == "train":
-        stamp = check_sweep_plan(sweep_dir, plan, overrides, stamp)
-    elif plan.resume:
+    if plan.resume and call.command != "train":
         raise GspoError("resume= is for training runs: an eval sweep runs its evals again")
-    write_launch(sweep_dir, Launch(call.command, stamp, plan.swept))
-    sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET, *overrides,
-                *_launcher(plan, call)]
-    said = overrides if isinstance(args, Plan) else [a for a in args if a not in MULTIRUN]
-    head = call.again or "gspo sweep " + " ".join(quote(a) for a in said
-                                                    if not a.startswith(("hydra.sweep.dir=", "resume=")))
-    _launch(call.command, f"{head} {quote(f'hydra.sweep.dir={call.again_dir or sweep_dir}')}")
+    with _gone_unless_started(sweep_dir):
+        if call.command == "train":
+            stamp = check_sweep_plan(sweep_dir, plan, overrides, stamp)
+        write_launch(sweep_dir, Launch(call.command, stamp, plan.swept))
+        named = any(o.startswith("hydra/launcher=") for o in overrides)  # else the policy's launcher says n_jobs
+        sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET,
+                    *[o for o in overrides if named or not o.startswith(JOBS)], *_launcher(plan, call)]
+        said = overrides if isinstance(args, Plan) else [a for a in args if a not in MULTIRUN]
+        head = call.again or "gspo sweep " + " ".join(quote(a) for a in said
+                                                        if not a.startswith(("hydra.sweep.dir=", "resume=")))
+        _launch(call.command, f"{head} {quote(f'hydra.sweep.dir={call.again_dir or sweep_dir}')}")
     if call.command == "eval":
         typer.echo(f"evals finished: one folder per job under {sweep_dir}")
         return sweep_dir
@@ -109,13 +122,32 @@ def run_sweep(args: list[str] | Plan, call: SweepCall | None = None) -> Path:
     return sweep_dir
 
 
+@contextmanager
+def _gone_unless_started(sweep_dir: Path) -> Iterator[None]:
+    """A sweep folder this command made is removed again when the command fails before any job started (Hydra
+    refusing a launcher's setting): a corrected command then starts afresh instead of finding a plan that refuses
+    it. A folder that held anything before, a job's record, or an interrupted sweep (its line says how to resume
+    it) is kept."""
+    fresh = not sweep_dir.exists()
+    try:
+        yield
+    except (Exception, SystemExit):
+        records = sweep_dir / SWEEP_RUNS
+        if fresh and sweep_dir.is_dir() and not (records.is_dir() and any(records.iterdir())):
+            shutil.rmtree(sweep_dir, ignore_errors=True)
+        raise
+
+
 def _launcher(plan: Plan, call: SweepCall) -> list[str]:
     """The launcher overrides the policy picks (study/launch.py): not in the sweep's plan, as how its jobs are laid
     out on the cores does not change them."""
     if not (call.at_once and call.command == "train"):
         return []
     n = jobs_at_once(plan)
-    if n > 1:
+    overrides = list(plan.overrides)
+    if given_jobs(overrides) is not None and not any(o.startswith("hydra/launcher=") for o in overrides):
+        typer.echo(f"sweep: {n} job(s) at once, as hydra.launcher.n_jobs= asks", err=True)
+    elif n > 1:
         typer.echo(f"sweep: {n} jobs at once, {threads(n)} torch thread(s) each (on CPU cores the embedded model's "
                    "runs finish sooner side by side; hydra/launcher=basic runs them one at a time)", err=True)
     return launcher_overrides(n)
@@ -129,9 +161,10 @@ def _launch(command: str, resume_line: str) -> None:
     try:
         with raw_errors(any(n.startswith(("joblib", "slurm")) for n in named)):
             hydra_job()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if command == "train":
             typer.echo(f"interrupted: the sweep is kept; resume it (finished jobs skipped): {resume_line}", err=True)
+            interrupt_said(e, mark=True)
         raise
     except Exception as e:
         if not worker_died(e):
@@ -157,7 +190,23 @@ def sweep_folder(given: str) -> str:
     if "${" in folder:
         raise GspoError(f"hydra.sweep.dir={given}: only ${{now:FORMAT}} is filled in here (the sweep's folder is made "
                         "before Hydra starts); give a plain path")
+    if not _reads_back(folder):
+        raise GspoError(f"hydra.sweep.dir={given}: Hydra's override grammar does not read this path back as one folder "
+                        "(a ',' is a sweep over values; quotes, brackets, braces, '=' and '\\' are its syntax, and it "
+                        "reads ASCII only): name a folder without them")
     return folder
+
+
+def _reads_back(folder: str) -> bool:
+    """Whether `hydra.sweep.dir=<folder>`, as the sweep hands it to Hydra, is that one folder to Hydra's grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([f"hydra.sweep.dir={folder}"])
+    except HydraException:
+        return False
+    return not parsed.is_sweep_override() and parsed.value() == folder
 
 
 def check_sweep_plan(sweep_dir: Path, plan: Plan, mine: list[str], stamp: str) -> str:

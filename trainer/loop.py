@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from gspo.algos import frac_zero_std_groups, mismatch_metrics
 from gspo.conf.compose import config_to_yaml
-from gspo.conf.errors import GspoError
+from gspo.conf.errors import GspoError, interrupt_said
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer.assets import check_offline, fetch_command
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
@@ -34,7 +34,7 @@ from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel import distributed, fsdp
 from gspo.trainer.parallel.distributed import FollowerRun, NullLoggers, World
 from gspo.trainer.parallel.moe import RoutingRecorder
-from gspo.trainer.policy import load_policy, start_of
+from gspo.trainer.policy import known_start, load_policy, start_of
 from gspo.trainer.preflight import check_run
 from gspo.trainer.run.collapse import CollapseDetector
 from gspo.trainer.run.guards import NonFinite, check_finite, handle_nonfinite
@@ -112,7 +112,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     """The run itself, with `run` locked; `compute`: (device, precision name, world)."""
     world = compute[2]
     if cfg.resume and world.main:
-        rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log)  # a damaged run.json, its facts kept
+        rebuild_status(run, cfg, EVAL.format(cfg.task.name, EVAL_ACCURACY), log,  # a damaged run.json, its facts kept
+                       start=lambda: known_start(cfg))
         check_stopped(run, cfg.train.past_stop)  # before the model loads
         check_wandb_folder(run.path, cfg.logger.wandb)
     ckpt, unrebuilt = _resume_point(run, log) if cfg.resume and world.main else (None, [])
@@ -126,7 +127,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
     _open_run(cfg, run, ckpt, start, world, unrebuilt, log, None if ckpt else start_of(cfg, model))
     status, error, loggers = "failed", None, None
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in ENDING_SIGNALS}
     try:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True), log=log) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
@@ -139,9 +140,10 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                              ref_model=ref_model, engine=engine, routing=routing, world=world)
         _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
         status = "finished"
-    except (KeyboardInterrupt, SystemExit):  # SystemExit: a Slurm job preempted (submitit requeues it, then exits)
+    except (KeyboardInterrupt, SystemExit) as e:  # SystemExit: a Slurm job preempted (submitit requeues it, then exits)
         status = "interrupted"
         log(f"interrupted: {run.path} is kept; continue with: gspo train {quote(f'resume={run.path}')}")
+        interrupt_said(e, mark=True)
         raise
     except Exception as e:
         error = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -149,7 +151,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             run.fail(error)  # [distributed] torchrun stops the other ranks next; rank 0 keeps this error
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         status, error, extra = distributed.final_status(run, status, error, world)
         try:
             run.set_status(status, **({"error": error} if error else {}), **extra)
@@ -317,6 +320,11 @@ def _watch(detector: CollapseDetector, cfg, run: RunDir, step: int, row: dict, l
     if stop:
         run.set_status("running", stopped="collapse")
     return stop
+
+
+# a scheduler's kill and a closed terminal (SIGHUP: the ssh session or the window that ran it went away) end a run
+# as Ctrl-C does: recorded interrupted, resumable, exit 128 + the signal
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def _raise_interrupt(signum, frame):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from omegaconf import OmegaConf
 
 from gspo.conf.errors import GspoError
-from gspo.trainer.coldstart import ColdStartSpec, cold_start_path, start_record
+from gspo.trainer.coldstart import ColdStartSpec, cold_start_path, existing_start, start_record
 from gspo.trainer.model.lora import add_lora, load_adapter
 from gspo.trainer.model.models import DTYPES, load_pretrained
 from gspo.trainer.model.precision import check_precision, resolve_precision
@@ -56,6 +56,16 @@ def start_of(cfg, model) -> dict:
     if cfg.model.name == "tiny":
         return start_record(cold_start_path(tiny_spec(cfg), cfg.model.tiny.cache_dir, log=lambda _m: None))
     return {"source": "model", "name": cfg.model.name, "revision": getattr(model.config, "_commit_hash", None)}
+
+
+def known_start(cfg) -> dict | None:
+    """The `start` a run of `cfg` began from, as far as its config tells without loading or building anything (a
+    rebuilt run.json's): the embedded model's shipped or cached cold start; None for a hub model, whose revision
+    only the first attempt's load knew."""
+    if cfg.model.name != "tiny":
+        return None
+    folder = existing_start(tiny_spec(cfg), cfg.model.tiny.cache_dir)
+    return start_record(folder) if folder is not None else None
 
 
 def tiny_spec(cfg) -> ColdStartSpec:

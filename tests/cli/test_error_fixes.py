@@ -58,7 +58,7 @@ def test_mistake_gets_one_line_with_the_fix(monkeypatch, capsys, mistake, args, 
 def test_range_error_names_only_the_wrong_key(monkeypatch, capsys):
     """It used to be "train.epochs must be >= 1, train.lr > 0 and train.max_grad_norm > 0"."""
     _, _, err = _main(monkeypatch, capsys, "train", "train.lr=-1")
-    assert err == "error: train.lr=-1.0: must be > 0\n"
+    assert err == "error: train.lr=-1.0: must be > 0 and <= 3.40282e+38 (AdamW takes it as a float32)\n"
 
 
 def test_installed_script_says_the_fix():

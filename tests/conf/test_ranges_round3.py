@@ -54,7 +54,8 @@ def test_every_numeric_setting_has_a_rule():
      "model.tiny.experts_per_token=8: must be at most model.tiny.num_experts=4 (each token is routed to that many of "
      "the experts)"),
     (["model=tiny-moe", "model.tiny.experts_per_token=0"], "model.tiny.experts_per_token=0: must be >= 1"),
-    (["model.tiny.moe_intermediate_size=-8"], "model.tiny.moe_intermediate_size=-8: must be >= 1"),
+    (["model.tiny.moe_intermediate_size=-8"], "model.tiny.moe_intermediate_size=-8: must be >= 1 and <= 65536 (a "
+                                                "layer's width, allocated when the model is built)"),
     (["task.eval_size=1000000000"], "task.eval_size=1000000000: must be >= 1 and <= 100000 (every held-out prompt is "
                                     "sampled at step 0 and at each eval)"),
 ])

@@ -30,7 +30,7 @@ ACC = "eval/arith/accuracy"
 def stopped(gspo, tmp_path_factory) -> Path:
     """A run whose entropy floor makes step 1 "collapse", stopped there (train.stop_on_collapse)."""
     return gspo.train(tmp_path_factory.mktemp("stopped"), "c", f"seed={LEARNING_SEED}", "train.steps=3",
-                      "train.collapse.entropy_min=100", "train.stop_on_collapse=true")
+                      "train.collapse.entropy_min=20", "train.stop_on_collapse=true")
 
 
 def test_a_run_stopped_by_a_collapse_evaluates_at_its_last_step(stopped):

@@ -7,11 +7,11 @@ otherwise, so a run with no network still keeps a W&B record that `wandb sync` c
 from __future__ import annotations
 
 import math
-import netrc
 import os
 from pathlib import Path
 from shlex import quote
 
+from gspo.conf.environment import wandb_key_available
 from gspo.conf.errors import GspoError
 from gspo.evals.benchmarks.types import is_count
 from gspo.trainer.run.rundir import RunDir, read_jsonl
@@ -23,13 +23,8 @@ from gspo.vocab.metrics import EVAL
 def wandb_mode(setting: str) -> str:
     if setting != Wandb.AUTO:
         return setting
-    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") == Wandb.ONLINE:
+    if wandb_key_available() or os.environ.get("WANDB_MODE") == Wandb.ONLINE:
         return Wandb.ONLINE
-    try:
-        if netrc.netrc().authenticators("api.wandb.ai"):
-            return Wandb.ONLINE
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        pass
     return Wandb.OFFLINE
 
 

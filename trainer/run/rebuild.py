@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 
 from gspo.trainer.run.collapse import CollapseDetector
@@ -18,15 +19,18 @@ from gspo.trainer.run.rundir import SET_ASIDE, RunDir, read_jsonl
 from gspo.vocab.choices import OnNonfinite
 
 
-def rebuild_status(run: RunDir, cfg, eval_key: str, log) -> None:
+def rebuild_status(run: RunDir, cfg, eval_key: str, log, start: Callable[[], dict | None] = lambda: None) -> None:
     """Rebuild <run>/run.json from the run's files when it is unreadable or missing and metrics.jsonl has rows;
-    `eval_key`: the held-out accuracy the collapse detector watches (eval/<task>/accuracy)."""
+    `eval_key`: the held-out accuracy the collapse detector watches (eval/<task>/accuracy); `start`: the run's
+    `start` record as its config names it (the weights the report pools runs by), None where it cannot be known."""
     if run.status():
         return
     rows = read_jsonl(run.path / "metrics.jsonl")
     if not rows:
         return
     facts = recovered_facts(run, cfg, eval_key, rows)
+    if (origin := start()) is not None:
+        facts["start"] = origin
     damaged = run.path / "run.json"
     if damaged.exists():
         (run.path / SET_ASIDE).mkdir(exist_ok=True)

@@ -19,7 +19,8 @@ from gspo.conf.errors import GspoError
 
 NUMBER = (int, float)
 RUN_STATUS = {"status": str, "step": int, "pid": int, "host": str, "collapsed": dict, "stopped": str, "past_stops": list,
-              "unreadable_steps": list, "wall_s": NUMBER, "started_unix": NUMBER, "versions": dict, "start": dict}
+              "unreadable_steps": list, "wall_s": NUMBER, "started_unix": NUMBER, "versions": dict, "start": dict,
+              "dead_s": NUMBER, "dead_attempts": int, "attempt_started_unix": NUMBER, "updated_unix": NUMBER}
 
 
 class RecordError(GspoError):

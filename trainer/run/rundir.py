@@ -165,6 +165,7 @@ class RunDir:
         self.checkpoints = path / "checkpoints"
         self._lock_fd: int | None = None
         self._owner = False  # set by open(): this object is the run's one writer and locks it
+        self._attempt_start: float | None = None  # when this process's attempt began (0: its time is counted)
 
     @classmethod
     def open(cls, output_dir: str, run_id: str, *, resume: bool) -> RunDir:
@@ -252,7 +253,11 @@ class RunDir:
     def set_status(self, status: str, **fields) -> None:
         self._claim()
         info = self.status() or self._new_info()
-        info.update(fields, status=status, updated=_now(), pid=os.getpid(), host=socket.gethostname())
+        if self._attempt_start is None:  # this process's first record: an attempt begins
+            info |= _dead_attempt(info)
+            self._attempt_start = info["attempt_started_unix"] = time.time()
+        info.update(fields, status=status, updated=_now(), updated_unix=time.time(), pid=os.getpid(),
+                    host=socket.gethostname())
         if job := slurm_job():  # where the run ran: every Slurm job that worked on it, in order (a requeue keeps its id)
             info["slurm_jobs"] = list(dict.fromkeys([*info.get("slurm_jobs", []), job]))
         load = round(os.getloadavg()[0], 2)  # runnable processes (1-min mean): the load the run's times were taken under
@@ -260,7 +265,9 @@ class RunDir:
         info["load_max"] = max(info.get("load_max", load), load)
         if status in ("finished", "failed", "interrupted"):
             info["ended"] = _now()
-            info["wall_s"] = round(time.time() - info.get("started_unix", time.time()), 1)
+            if self._attempt_start > 0:  # the attempts' own time: not the hours between them, nor a dead one's
+                info["wall_s"] = round(info.get("wall_s", 0.0) + time.time() - self._attempt_start, 1)
+                self._attempt_start = 0.0  # counted once
             info["load_end"] = load
         atomic_write_text(self.path / "run.json", json.dumps(info, indent=2) + "\n")
 
@@ -391,6 +398,18 @@ class RunDir:
 
 
 _FULL_BYTES = 1 << 20  # less free space than this after a failed checkpoint write: the disk is full
+
+
+def _dead_attempt(info: dict) -> dict:
+    """run.json's fields for an earlier attempt that died while running (its record still says running; this process
+    holds the run's lock, so its writer is gone): its seconds from its start to its last record, apart from the
+    run's wall_s, which sums the attempts that ended."""
+    if info.get("status") != "running":
+        return {}
+    began = info.get("attempt_started_unix", info.get("started_unix"))
+    last = info.get("updated_unix")
+    seconds = max(0.0, last - began) if isinstance(began, int | float) and isinstance(last, int | float) else 0.0
+    return {"dead_s": round(info.get("dead_s", 0.0) + seconds, 1), "dead_attempts": info.get("dead_attempts", 0) + 1}
 
 
 def checkpoint_step(folder: Path) -> int:

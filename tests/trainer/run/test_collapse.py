@@ -66,7 +66,7 @@ def test_disabled_detector_is_silent():
 
 def test_train_records_the_collapse_stops_and_resume_remembers_it(gspo, tmp_path):
     # an entropy floor above any real entropy makes step 1 "collapse" deterministically
-    run = gspo.train(tmp_path, "c", f"seed={LEARNING_SEED}", "train.steps=3", "train.collapse.entropy_min=100",
+    run = gspo.train(tmp_path, "c", f"seed={LEARNING_SEED}", "train.steps=3", "train.collapse.entropy_min=20",
                      "train.stop_on_collapse=true")
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "finished" and info["stopped"] == "collapse"

@@ -77,7 +77,7 @@ def test_a_nonfinite_dump_past_the_rows_is_the_stop(tmp_path):
 
 
 def test_a_damaged_run_json_of_a_stopped_run_is_rebuilt_whole_and_the_run_stays_stopped(gspo, tmp_path):
-    run = gspo.train(tmp_path, "c", f"seed={LEARNING_SEED}", "train.steps=3", "train.collapse.entropy_min=100",
+    run = gspo.train(tmp_path, "c", f"seed={LEARNING_SEED}", "train.steps=3", "train.collapse.entropy_min=20",
                      "train.stop_on_collapse=true")
     was = json.loads((run / "run.json").read_text())
     time.sleep(1.1)

@@ -15,7 +15,7 @@ from gspo.trainer.run.rundir import read_jsonl
 
 def test_a_collapse_stopped_run_stays_stopped_unless_past_stop_is_said(gspo, tmp_path):
     # an entropy floor above any real entropy makes step 1 "collapse" deterministically
-    run = gspo.train(tmp_path, "c", f"seed={LEARNING_SEED}", "train.steps=3", "train.collapse.entropy_min=100",
+    run = gspo.train(tmp_path, "c", f"seed={LEARNING_SEED}", "train.steps=3", "train.collapse.entropy_min=20",
                      "train.stop_on_collapse=true")
     before = (run / "metrics.jsonl").read_text()
     bare = gspo.invoke("train", "-q", *TINY, f"resume={run}")
