@@ -32,6 +32,7 @@ RULES: dict[str, tuple] = {
     "rollout.temperature": _POS, "rollout.top_p": (0, 1, True), "rollout.max_new_tokens": _ONE,
     "rollout.batch_size": _ONE, "rollout.gpu_memory_utilization": (0, 1, True),
     "rollout.tensor_parallel_size": _ONE, "rollout.max_draws": _ONE, "rollout.overlong_buffer": (0, 1, False),
+    "rollout.lag": _NONNEG,
     "task.min_digits": _ONE, "task.max_digits": _ONE, "task.timeout_s": _POS,
     "task.workers": _ONE,
     "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _ONE, "eval.step": _NONNEG,
