@@ -80,6 +80,7 @@ def test_lag_k_reads_its_ratios_against_the_policy_k_steps_before(gspo, tmp_path
     assert "rollout.lag=2" in card and "correction's rho is pi_old / pi_s" in card
 
 
+@pytest.mark.slow
 def test_resume_reads_the_pending_batches_back(gspo, tmp_path):
     """A 3-step lag-1 run extended to 4 steps by a resume (its checkpoint of step 3 holds batch 4, drawn while
     step 3 updated) logs the rows and weights of an uninterrupted 4-step run."""
@@ -116,3 +117,57 @@ def test_a_resume_without_pending_batches_is_one_line(tmp_path, finished_run):
     with pytest.raises(GspoError, match="holds no pending batches"):
         lagged.load(finished_run / "checkpoints" / "step_000002", 2)
     assert cfg.rollout.lag == 1
+
+
+PAUSE_IN_FLIGHT = """
+import os, sys
+from gspo.trainer.step import lagged
+fd, at = int(sys.argv[1]), int(sys.argv[2])
+real = lagged.LaggedBatches.take
+
+def take(self, step):
+    out = real(self, step)
+    if step == at:  # batch at + 1 was just launched: in flight
+        os.write(fd, b"%d\\n" % step)
+        sys.stdin.read()  # paused until the test kills this process
+    return out
+
+lagged.LaggedBatches.take = take
+from gspo.cli.main import main
+sys.argv = ["gspo", *sys.argv[3:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_with_a_batch_in_flight_then_resume_equals_an_uninterrupted_run(gspo, tmp_path):
+    """Killed in step 3 of a lag-1 run while batch 4 is being drawn (the last checkpoint, step 2's, holds batch 3):
+    the resumed run ends with the rows and weights of an uninterrupted one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    common = (*TINY, f"seed={LEARNING_SEED}", "rollout.lag=1", "train.steps=4", "train.save_every=2",
+              "train.eval_every=2", "logger.progress=false")
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_IN_FLIGHT, str(w), "3", "train", *common,
+                             f"output_dir={tmp_path}", "run_id=killed"], env=gspo.env, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(w,))
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        line = pipe.readline()
+    if line.strip() != "3":
+        proc.kill()
+        raise AssertionError(proc.communicate()[1][-2000:])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdin.close()
+    run = tmp_path / "killed"
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    result = gspo.subprocess("train", *common, f"output_dir={tmp_path}", "run_id=killed", "resume=true")
+    assert result.returncode == 0, result.stderr[-2000:]
+    straight = gspo.train(tmp_path, "straight", *common[len(TINY):])
+    assert without_timing(read_jsonl(run / "metrics.jsonl")) == without_timing(read_jsonl(straight / "metrics.jsonl"))
+    ours, theirs = (load_file(p / "checkpoints" / "step_000004" / "model.safetensors") for p in (run, straight))
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
