@@ -20,6 +20,7 @@ from gspo.trainer.engines.base import Engine
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel.distributed import World
 from gspo.trainer.parallel.moe import RoutingRecorder
+from gspo.trainer.step.lagged import LaggedBatches
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class StepContext:
     engine: Engine | None = None
     routing: RoutingRecorder | None = None
     world: World = World()
-    lagged: Any = None  # rollout.lag >= 1: the step's batches come from here (trainer/step/lagged.py LaggedBatches)
+    lagged: LaggedBatches | None = None  # rollout.lag >= 1: the step's batches come from here (trainer/step/lagged.py LaggedBatches)
 
     @classmethod
     def of(cls, cfg: Config, **live: Any) -> StepContext:
