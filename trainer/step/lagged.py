@@ -35,6 +35,7 @@ from gspo.conf.errors import GspoError
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.step.sampling import Sampled, sample_batch
 from gspo.trainer.tasks.task_types import Item, Task
+from gspo.vocab.choices import Replay
 from gspo.vocab.metrics import LAG_BEHIND, LAG_GAP_MAX, LAG_TOKEN_STD
 
 PENDING = "pending_batches.pt"  # in a checkpoint folder: the batches drawn but not yet trained on
@@ -54,7 +55,7 @@ def check_lag(cfg, world) -> None:
     why = ("several processes" if world.size > 1 else "train.fsdp" if cfg.train.fsdp else
            f"rollout.engine={cfg.rollout.engine} (the hf engine samples a lagged copy of the policy)"
            if cfg.rollout.engine != "hf" else "train.compile" if cfg.train.compile else
-           "algo.routing_replay=rollout" if cfg.algo.routing_replay == "rollout" else None)
+           "algo.routing_replay=rollout" if cfg.algo.routing_replay == Replay.ROLLOUT else None)
     if why:
         raise GspoError(f"rollout.lag={lag} runs in one process with rollout=hf, uncompiled, unsharded, and without R3 "
                         f"replay for now; got {why}: use rollout.lag=0, or drop that setting")
