@@ -39,7 +39,8 @@ def compare_cmd(
     """Run a comparison preset (default: GRPO and GSPO, 3 seeds, 20 steps on the embedded default;
     preset=lr: both at five learning rates, where each collapses; preset=family: GRPO, DAPO, Dr. GRPO, GSPO,
     GMPO, CISPO, SAPO; preset=family2026: GRPO, DPPO-TV, DPPO-KL, OPSM, MaxRL, GDPO; preset=moe|mismatch|stability
-    put the GSPO paper's three claims to the test), then write the report and print its verdict.
+    put the GSPO paper's three claims to the test; preset=staleness: GRPO, GSPO and GSPO+TIS at rollout.lag 0, 1, 2,
+    4), then write the report and print its verdict.
     verdict.until=resolved: seeds added in rounds until each verdict is resolved or shown equivalent
     (group-sequential), or verdict.max_seeds / verdict.max_minutes is spent."""
     overrides = list(overrides or [])

@@ -41,6 +41,7 @@ RULES: dict[str, tuple] = {
     "rollout.temperature": (MIN_TEMPERATURE, None, False), "rollout.top_p": (0, 1, True), "rollout.max_new_tokens": _TOKENS,
     "rollout.batch_size": _ONE, "rollout.gpu_memory_utilization": (0, 1, True),
     "rollout.tensor_parallel_size": _ONE, "rollout.max_draws": _ONE, "rollout.overlong_buffer": (0, 1, False),
+    "rollout.lag": _NONNEG,
     "task.min_digits": (1, MAX_DIGITS, False), "task.max_digits": (1, MAX_DIGITS, False), "task.timeout_s": _POS,
     "task.workers": _ONE,
     "eval.k": _ONE, "eval.limit": _ONE, "eval.max_new_tokens": _TOKENS, "eval.step": _NONNEG,

@@ -130,6 +130,7 @@ class RolloutConfig:
     vllm_sync: str = "auto"  # vllm weight sync: load_weights (the model's own loader, in place; GPUs), reload (vLLM's layerwise reload, which re-processes repacked CPU weights); auto: reload on the CPU, load_weights elsewhere
     dynamic_sampling: bool = False  # DAPO (sec. 3.2), any algorithm: drop groups whose rewards are all equal (no signal) and draw more prompts until train.prompts_per_step groups are kept or max_draws rounds are spent; one process only
     max_draws: int = 3  # dynamic sampling's budget: rounds of train.prompts_per_step prompts one step may draw (verl's max_num_gen_batches); a batch still short is completed with dropped groups
+    lag: int = 0  # rollouts k updates behind (trainer/step/lagged.py, docs/async.md): step t's batch is drawn by step t-k's weights while the trainer updates, its log-probs the behaviour policy's (pi_s); 0: each batch from the current weights
     overlong_buffer: float = 0.0  # DAPO's soft overlong punishment (sec. 3.4), any algorithm: over the last this share of max_new_tokens the reward falls linearly by up to 1 (DAPO: 4096/20480 = 0.2); 0: off
 
 

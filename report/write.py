@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 import gspo.report.collapse as collapse
+import gspo.report.staleness  # noqa: F401  (registers the staleness section)
 import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError, disk_error
 from gspo.conf.schema import VerdictConfig

@@ -64,13 +64,22 @@ def side_by_side_on_cpu(m: Machine) -> int | None:
     thread each. Measured on 2 cores (perf/jobs_vs_threads.py, results/time-to-answer): the default compare took
     1.2x less wall time as 2 jobs at 1 thread each than as 1 job at 2 threads, as the embedded model's small
     matmuls gain little from a second thread. A hub model's larger matmuls do gain, and its memory is the user's
-    to plan, so it runs one at a time."""
-    n = min(m.cores, m.jobs, int(m.memory_gib // GIB_PER_JOB))
+    to plan, so it runs one at a time. A job with rollout.lag >= 1 runs two workers (the update and the next batch's
+    sampler, trainer/step/lagged.py), so it counts for two cores (and two jobs' memory: it holds a copy of the policy)."""
+    workers = 2 if lagged(m) else 1
+    n = min(m.cores // workers, m.jobs, int(m.memory_gib // (GIB_PER_JOB * workers)))
     if n < 2 or not plugin_installed(PLUGINS["joblib"]):
         return None
     if m.config.model.name != "tiny" or not _on_cpu(m.config.device):
         return None
     return n
+
+
+def lagged(m: Machine) -> bool:
+    """Whether any job of the sweep draws its rollouts behind (rollout.lag >= 1, from the command line or the preset)."""
+    said = [o.split("=", 1)[1] for o in m.overrides if o.split("=", 1)[0].lstrip("+") == "rollout.lag"]
+    values = (said[-1] if said else m.params.get("rollout.lag", "0")).split(",")
+    return any(v.strip().isdigit() and int(v) > 0 for v in values)
 
 
 register_policy("side_by_side_on_cpu", side_by_side_on_cpu)

@@ -25,7 +25,7 @@ from gspo.conf.errors import GspoError, interrupt_said
 from gspo.evals.sandbox import accept_weak
 from gspo.trainer.assets import check_offline, fetch_command
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
-from gspo.trainer.engines.registry import make_engine
+from gspo.trainer.engines.registry import engine_kind, make_engine
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.evaluate import eval_benchmarks, eval_task, load_benches, task_eval_rows
 from gspo.trainer.model.logprobs import compile_body
@@ -56,6 +56,7 @@ from gspo.trainer.state import load_checkpoint, make_optimizer, save_checkpoint,
 from gspo.trainer.step.advantages import corrected, rollout_advantages
 from gspo.trainer.step.context import StepContext
 from gspo.trainer.step.explain import estimator_card
+from gspo.trainer.step.lagged import LaggedBatches, lag_metrics
 from gspo.trainer.step.reduction import to_host
 from gspo.trainer.step.sampling import Sampled, format_prompts, sample_batch
 from gspo.trainer.step.scoring import old_logprobs
@@ -126,7 +127,7 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     optimizer, scheduler = make_optimizer(precision.master, cfg.train)
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
     _open_run(cfg, run, ckpt, start, world, unrebuilt, log, None if ckpt else start_of(cfg, model))
-    status, error, loggers = "failed", None, None
+    status, error, loggers, ctx = "failed", None, None, None
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in ENDING_SIGNALS}
     try:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True), log=log) if world.main else NullLoggers()
@@ -138,6 +139,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
                                   source=Replay.ROLLOUT if replay == Replay.ROLLOUT else Replay.TRAINER)
         ctx = StepContext.of(cfg, model=model, precision=precision, optimizer=optimizer, scheduler=scheduler,
                              ref_model=ref_model, engine=engine, routing=routing, world=world)
+        if cfg.rollout.lag:
+            ctx = ctx.but(lagged=_lagged(cfg, ctx, task, tokenizer, ckpt, start, log))
         _steps(cfg, run, ctx, (task, benches), loggers, start, tokenizer, log)
         status = "finished"
     except (KeyboardInterrupt, SystemExit) as e:  # SystemExit: a Slurm job preempted (submitit requeues it, then exits)
@@ -153,6 +156,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if ctx is not None and ctx.lagged is not None:
+            ctx.lagged.close()
         status, error, extra = distributed.final_status(run, status, error, world)
         try:
             run.set_status(status, **({"error": error} if error else {}), **extra)
@@ -163,6 +168,20 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
             if note:
                 log(note)
     return run.path
+
+
+def _lagged(cfg, ctx: StepContext, task: Task, tokenizer, ckpt: Path | None, start: int, log) -> LaggedBatches:
+    """rollout.lag = k >= 1: the batches drawn k updates behind by a copy of the policy, with a resumed run's pending
+    batches read back from its checkpoint."""
+    k = cfg.rollout.lag
+    lagged = LaggedBatches(ctx, task, lambda m: engine_kind(cfg.rollout.engine).build(cfg, m, tokenizer, want_logprobs=True), k)
+    if ckpt:
+        lagged.load(ckpt, start)
+    log(f"rollout.lag={k}: the batch of step t is drawn by the weights of step t-{k} (the policy after t-{k + 1} updates) "
+        f"while step t updates; steps 1..{k + 1} train on batches the start model drew (lag/updates_behind "
+        f"0..{k - 1} before step {k + 1})" if not ckpt else f"rollout.lag={k}: the pending batches of steps {start + 1}.."
+        f"{start + k} read back from {ckpt.name}")
+    return lagged
 
 
 def _policy(cfg, ckpt: Path | None, compute, log) -> tuple:
@@ -272,7 +291,8 @@ def _save(cfg, run: RunDir, step: int, ctx: StepContext, tokenizer, *, full: boo
     if cfg.train.fsdp:
         save_sharded_checkpoint(run, step, *parts, ctx.world, keep=cfg.train.keep_checkpoints, full=full)
     elif ctx.world.main:
-        save_checkpoint(run, step, *parts, keep=cfg.train.keep_checkpoints)
+        save_checkpoint(run, step, *parts, keep=cfg.train.keep_checkpoints,
+                        extra=ctx.lagged.save if ctx.lagged is not None else None)
 
 
 def _resume_point(run: RunDir, log) -> tuple[Path | None, list[int]]:
@@ -354,8 +374,11 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
     generates and grades its own groups, then every rank holds the whole batch and the scoring and update
     forwards are dealt out (trainer/parallel/distributed.py): the update and the row are the whole batch's."""
     engine, algo, G = ctx.engine, ctx.algo, ctx.train.group_size
-    # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced)
-    sampled = sample_batch(step, ctx, engine, task, ctx.precision.device, ctx.world)
+    t0 = time.perf_counter()
+    # prompts drawn, sampled, graded, shaped (and, with dynamic sampling, uninformative groups replaced); under a lag,
+    # drawn earlier by older weights (trainer/step/lagged.py) while the next is drawn beside this step's update
+    sampled, version, waited = (ctx.lagged.take(step) if ctx.lagged is not None else
+                                (sample_batch(step, ctx, engine, task, ctx.precision.device, ctx.world), None, 0.0))
     rollout, rewards, items, prompts = sampled.rollout, sampled.rewards, sampled.items, sampled.prompts
     golds = [it.gold for it in items for _ in range(G)]
     t1 = time.perf_counter()
@@ -382,10 +405,14 @@ def train_step(step: int, ctx: StepContext, task: Task, loggers) -> dict:
         engine.sync_weights(ctx.model)
     t2 = time.perf_counter()
     times = {**sampled.times, "old_logp": t_scored - t1, "updates": t2 - t_scored}  # generate, grade: every round's
+    if version is not None:  # under a lag, generating overlapped the update: the step's time is the wall time
+        times |= {"wait": waited, "wall": t2 - t0}
     row = step_row(task.name, G, sampled, entropy, metrics | to_host(correction), times)
-    if old_logp_origin(algo) == ENGINE and rollout.engine_logp is not None:
+    if (old_logp_origin(algo) == ENGINE or version is not None) and rollout.engine_logp is not None:
         row |= to_host(mismatch_metrics(logp=old_logp, engine_logp=rollout.engine_logp, mask=rollout.completion_mask,
                                         clip_low=algo.clip_low, clip_high=algo.clip_high))
+    if version is not None:
+        row |= to_host(lag_metrics(step - 1 - version, old_logp, rollout))
     loggers.samples(_samples(step, prompts, rollout, sampled.task_rewards, golds, ctx.samples_per_step, task.grader))
     return row
 
@@ -394,11 +421,14 @@ def step_row(task_name: str, group_size: int, sampled: Sampled, entropy, update_
              times: dict[str, float]) -> dict:
     """A step's metrics row: the task's rewards (reward/frac_zero_std_groups: of the rewards the advantages
     saw), completion lengths, the policy's entropy, the sampling options' metrics, the update's metrics and
-    the step's timings (`times`: seconds of generate, grade, old_logp, updates), read to the host here."""
+    the step's timings (`times`: seconds of generate, grade, old_logp, updates; under a lag also wait, the time the
+    step waited for its batch, and wall, the step's wall time, which generate and grade overlapped), read to the host
+    here."""
     rollout, rewards = sampled.rollout, sampled.task_rewards
     mask = rollout.completion_mask
     lengths = mask.sum(-1)
-    step_s = sum(times.values())
+    times = dict(times)
+    step_s = times.pop("wall", None) or sum(times.values())
     return {
         REWARD_MEAN: rewards.mean().item(),
         REWARD_STD: rewards.std().item(),

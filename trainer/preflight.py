@@ -17,6 +17,7 @@ from gspo.trainer.parallel.distributed import World
 from gspo.trainer.parallel.moe import declares_experts
 from gspo.trainer.policy import checked_precision
 from gspo.trainer.step.advantages import check_algorithm
+from gspo.trainer.step.lagged import check_lag
 from gspo.trainer.tasks.task_types import Task
 from gspo.vocab.choices import Replay
 
@@ -30,6 +31,7 @@ def check_run(cfg: Config, task: Task, world: World, device: torch.device) -> st
     check_routing_replay(cfg, world)
     fsdp.check(cfg, world)
     check_engine(cfg, world)
+    check_lag(cfg, world)
     return checked_precision(cfg, device)
 
 

@@ -37,13 +37,16 @@ def make_optimizer(params, train):
 
 
 def save_checkpoint(run: RunDir, step: int, model, tokenizer, optimizer, scheduler, precision: Precision, *,
-                    keep: int = 0) -> Path:
+                    keep: int = 0, extra=None) -> Path:
+    """A checkpoint of step `step`; `extra(folder)` writes more into it (rollout.lag's pending batches)."""
     def write(folder: Path) -> None:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "precision": precision.state_dict()}, folder / "optimizer.pt")
         (folder / "trainer_state.json").write_text(json.dumps({"step": step}))
+        if extra is not None:
+            extra(folder)
 
     return run.save_checkpoint(step, write, keep=keep)
 

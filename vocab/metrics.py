@@ -208,6 +208,16 @@ MISMATCH_TOKEN_OOB = declare(Metric("mismatch/token_out_of_band_frac", "share of
                                     "leaves the clip band", None, "mismatch tokens out of band", LOG, UNIT, kind=LOWER))
 MISMATCH_SEQ_OOB = declare(Metric("mismatch/seq_out_of_band_frac", "share of sequences whose trainer / sampler ratio "
                                   "leaves the clip band", None, "mismatch sequences out of band", LOG, UNIT, kind=LOWER))
+# --- rollouts k updates behind (rollout.lag; trainer/step/lagged.py): mismatch/* above are logged under a lag too --
+LAG_BEHIND = declare(Metric("lag/updates_behind", "updates between the weights that drew the batch (pi_s) and the "
+                            "trainer's at the step's start (pi_old): min(rollout.lag, step - 1)", None,
+                            "updates behind", LINEAR, NONNEG))
+LAG_GAP_MAX = declare(Metric("mismatch/logp_abs_diff_max", "largest |trainer - sampler| log-prob of a token in the "
+                             "batch (rollout.lag)", None, "sampler-trainer |log-prob diff| (max)", LOG, NONNEG,
+                             kind=LOWER))
+LAG_TOKEN_STD = declare(Metric("mismatch/token_ratio_std", "std over the batch's tokens of the ratio trainer / "
+                               "sampler, pi_old / pi_s (rollout.lag)", None, "mismatch token ratio (std)", LOG,
+                               NONNEG, kind=LOWER))
 CORRECTION_MEAN = declare(Metric("correction/weight_mean", "mean correction ratio rho = pi_old / pi_sampler (token, "
                                  "product or geometric mean), before truncation or masking", None,
                                  "correction ratio (mean)", LINEAR, NONNEG))

@@ -34,7 +34,7 @@ def test_an_unknown_preset_names_the_presets(given, hint):
     with pytest.raises(GspoError) as e:
         pick_preset([f"preset={given}"])
     assert (f"preset='{given}': use one of compare, family, family2026, family2026b, lr, mismatch, moe, qwen3-0.6b, "
-            "qwen3-0.6b-family, qwen3-1.7b, stability") in str(e.value)
+            "qwen3-0.6b-family, qwen3-1.7b, stability, staleness") in str(e.value)
     assert hint in str(e.value)
     with pytest.raises(GspoError, match="name one"):
         pick_preset(["preset=moe", "preset=stability"])
@@ -45,7 +45,7 @@ def test_unknown_preset_from_the_command_line_is_one_line_and_writes_nothing(gsp
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         "error: preset='moee': use one of compare, family, family2026, family2026b, lr, mismatch, moe, qwen3-0.6b, "
-        "qwen3-0.6b-family, qwen3-1.7b, stability (did you mean moe?)"]
+        "qwen3-0.6b-family, qwen3-1.7b, stability, staleness (did you mean moe?)"]
     assert list(tmp_path.iterdir()) == []
 
 

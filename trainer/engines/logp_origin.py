@@ -20,14 +20,15 @@ FORWARD = "forward"  # a scoring forward of the trainer
 
 
 def old_logp_origin(algo, *, engine: Capabilities | None = None, precision: Precision | None = None, rollout: Rollout | None = None,
-                    routing: RoutingRecorder | None = None) -> str:
+                    routing: RoutingRecorder | None = None, lag: int = 0) -> str:
     """ENGINE, SAMPLER or FORWARD. Before a batch is sampled (no `rollout`), only ENGINE is knowable: it says
     whether the engine must return its log-probs. SAMPLER (algo.old_logp_source=auto) needs the batch: an
     engine whose log-probs are the trained model's own (`exact_logprobs`: the hf lean sampler), sampling and
-    scoring both in fp32, and no MoE routers to record. `engine`: the engine's capabilities."""
+    scoring both in fp32, no MoE routers to record, and no lag (rollout.lag: a lagged sampler's log-probs are the
+    behaviour policy's, pi_s, not pi_old). `engine`: the engine's capabilities."""
     if algo.old_logp_source == OldLogp.ENGINE:
         return ENGINE
-    exact = (algo.old_logp_source == OldLogp.AUTO and rollout is not None and rollout.engine_entropy is not None
+    exact = (algo.old_logp_source == OldLogp.AUTO and not lag and rollout is not None and rollout.engine_entropy is not None
              and engine.exact_logprobs
              and precision.dtype == torch.float32 and not (routing is not None and routing.routers))
     return SAMPLER if exact else FORWARD

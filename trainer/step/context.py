@@ -20,6 +20,7 @@ from gspo.trainer.engines.base import Engine
 from gspo.trainer.model.precision import Precision
 from gspo.trainer.parallel.distributed import World
 from gspo.trainer.parallel.moe import RoutingRecorder
+from gspo.trainer.step.lagged import LaggedBatches
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class StepContext:
     """What every step of a run reads. Config nodes: `algo`, `train`, `sampling` (cfg.rollout), `seed`,
     `chat` (model.chat_template), `samples_per_step` (logger.samples_per_step). Live objects: the trained
     `model`, its `precision` (master weights, autocast, backward, step), `optimizer`, `scheduler`, the frozen
-    `ref_model` (None: no KL term), the rollout `engine`, the MoE `routing` recorder, the processes (`world`)."""
+    `ref_model` (None: no KL term), the rollout `engine`, the MoE `routing` recorder, the processes (`world`), the
+    lagged batches (`lagged`, rollout.lag >= 1; None: each step samples its own)."""
 
     algo: AlgoConfig
     train: TrainConfig
@@ -43,6 +45,7 @@ class StepContext:
     engine: Engine | None = None
     routing: RoutingRecorder | None = None
     world: World = World()
+    lagged: LaggedBatches | None = None  # rollout.lag >= 1: the step's batches come from here (trainer/step/lagged.py LaggedBatches)
 
     @classmethod
     def of(cls, cfg: Config, **live: Any) -> StepContext:

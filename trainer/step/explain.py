@@ -43,6 +43,7 @@ def estimator_card(cfg, *, world_size: int = 1) -> str:
     lines += _advantage(cfg)
     lines += _aggregation(cfg, options.get("aggregation") or spec.aggregation, world_size)
     lines += _policies(cfg, spec.make_options(dict(algo.options)))
+    lines += _lag(cfg, spec)
     lines += _correction(cfg)
     return "\n".join(lines) + "\n"
 
@@ -123,6 +124,8 @@ def _policies(cfg, options) -> list[str]:
         old = "the sampler's own log-probs (algo.old_logp_source=engine), whatever their precision; the mismatch logged"
     elif algo.old_logp_source == OldLogp.RECOMPUTE:
         old = "a trainer scoring forward before the updates (algo.old_logp_source=recompute)"
+    elif r.lag:
+        old = f"a trainer scoring forward before the updates (algo.old_logp_source=auto under rollout.lag={r.lag})"
     else:
         old = ("the sampler's own log-probs where they equal a trainer forward to fp tolerance (hf lean sampler, fp32, "
                "no MoE routers), else a trainer scoring forward (algo.old_logp_source=auto)")
@@ -132,6 +135,25 @@ def _policies(cfg, options) -> list[str]:
                  "the experts the sampler chose while decoding (R3)")
         lines.append(f"replay     routing replay: {whose}, replayed in the update's forwards, gates recomputed from "
                      "the current router")
+    return lines
+
+
+def _lag(cfg, spec) -> list[str]:
+    """Under rollout.lag = k: which policy drew the batch, and which one each ratio, correction and mask reads."""
+    k, algo = cfg.rollout.lag, cfg.algo
+    if not k:
+        return []
+    behind = f"pi_s, the behaviour policy {k} update(s) before pi_old"
+    ratio = (behind if algo.correction.kind == Correction.NONE and algo.old_logp_source == OldLogp.ENGINE else
+             "pi_old, the trainer's weights at the step's start")
+    lines = [f"lag        rollout.lag={k}: step t's batch was drawn by step t-{k}'s weights (pi_s, the behaviour policy, "
+             f"its log-probs the sampler's), drawn while step t-{k} updated; pi_old = the weights at step t's start; "
+             f"steps 1..{k + 1} train on batches the start model drew ({k} update(s) behind from step {k + 1} on)",
+             f"reads      the ratio (and its clip) is pi_theta / {ratio}"]
+    if algo.correction.kind != Correction.NONE:
+        lines.append("reads      the correction's rho is pi_old / pi_s: it weighs the k updates of staleness")
+    if spec.reads_sampler:
+        lines.append(f"reads      {algo.name}'s mask or anchor reads pi_s, the batch's behaviour policy ({k} updates old)")
     return lines
 
 

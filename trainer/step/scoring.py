@@ -28,7 +28,7 @@ def old_logprobs(ctx: StepContext, rollout: Rollout):
     the sampler's own where they are the old policy's to fp tolerance (SAMPLER), else a scoring forward
     (which records the MoE routing for replay); the reference model's when there is one."""
     origin = old_logp_origin(ctx.algo, engine=capabilities_of(ctx.sampling), precision=ctx.precision, rollout=rollout,
-                             routing=ctx.routing)
+                             routing=ctx.routing, lag=ctx.sampling.lag)
     if origin == SAMPLER:
         old_logp, entropy = rollout.engine_logp, rollout.engine_entropy
     else:
