@@ -315,11 +315,13 @@ print(1 if got == int(open(sys.argv[2]).read()) else 0)
 
 def test_a_checker_must_say_yes(backend):
     """Exit 0 with nothing said accepted "x" (issue 36); now silence, an unparsable reply or a crash is
-    checker_error, a "0" a wrong answer, and only an explicit yes accepts."""
+    checker_error, a "0" a wrong answer, and only an explicit yes accepts ("5.0", which int() cannot parse: "x"
+    holds no number and is refused by the screen since issue 58)."""
     def verdict(printed: str, checker: str = _SILENT) -> str:
         return run_code(f"print({printed!r})", [{"input": "", "output": "5"}], timeout_s=2, memory_mb=128,
                         checker=checker).verdict
-    assert [verdict("x"), verdict("4"), verdict("5")] == ["checker_error", "wrong_answer", "accepted"]
+    assert [verdict("5.0"), verdict("4"), verdict("5"), verdict("x")] == ["checker_error", "wrong_answer", "accepted",
+                                                                         "wrong_answer"]
     assert verdict("5", "print('maybe')") == "checker_error"
     assert verdict("5", "print('0.5')") == "wrong_answer"  # a score below 1
 
