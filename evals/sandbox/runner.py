@@ -28,7 +28,7 @@ def _rn_main() -> None:
     import signal
     import sys
 
-    for name in ("binascii", "gc", "math", "resource", "select", "time", "traceback", "types"):
+    for name in ("gc", "math", "resource", "select", "time", "traceback", "types"):
         __import__(name)  # imported once here rather than in every forked child
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
@@ -79,6 +79,7 @@ def _rn_serve(libc, cfg, rfd, wfd, warm, took_w):
     if len(header) < 8:
         return 3
     job = json.loads(_rn_read(rfd, int.from_bytes(header, "big")))
+    job["files"] = {name: _rn_read_frames(rfd) for name in job["files"]}  # raw bytes, in frames, then an empty one
     os.write(took_w, b"j")
     os.close(took_w)
     if cfg["isolate"]:
@@ -151,6 +152,14 @@ def _rn_read(fd, n):
     return bytes(buf)
 
 
+def _rn_read_frames(fd):
+    """The bytes of length-prefixed frames up to an empty one."""
+    buf = bytearray()
+    while size := int.from_bytes(_rn_read(fd, 8) or b"\0", "big"):
+        buf += _rn_read(fd, size)
+    return bytes(buf)
+
+
 def _rn_write(fd, data):
     import os
 
@@ -161,15 +170,14 @@ def _rn_write(fd, data):
 
 def _rn_run_job(job, workdir, prelude_ns, seccomp):
     """Run one job in a forked child; return its RunResult fields (stdout, stderr as bytes)."""
-    import binascii
     import gc
     import os
     import resource
     import time
 
-    for name, text in job["files"].items():  # base64 of the UTF-8 bytes
+    for name, data in job["files"].items():
         with open(os.path.join(workdir, name), "wb") as f:
-            f.write(binascii.a2b_base64(text))
+            f.write(data)
     stdin_fd = os.memfd_create("stdin", 0)
     _rn_write(stdin_fd, job["stdin"].encode())
     os.lseek(stdin_fd, 0, 0)
@@ -504,5 +512,5 @@ def _rn_kill_all(pgid, wait_child):
     return waited
 
 
-RUNNER_FUNCTIONS = (_rn_serve, _rn_isolate, _rn_read, _rn_write, _rn_run_job, _rn_child, _rn_oom_victim, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
+RUNNER_FUNCTIONS = (_rn_serve, _rn_isolate, _rn_read, _rn_read_frames, _rn_write, _rn_run_job, _rn_child, _rn_oom_victim, _rn_limit, _rn_seccomp, _rn_exec, _rn_call,
                     _rn_collect, _rn_reaped_cpu, _rn_live_cpu, _rn_children, _rn_kill_all, _rn_main)
