@@ -46,6 +46,7 @@ _HEADER = struct.Struct("!Q")
 _META_BYTES = 1 << 16  # the reply's JSON header; stderr is kept to its last 64 KiB by the runner too
 _STDERR_BYTES = 1 << 16
 _CGROUP_MARGIN = 32 << 20  # a job server's own pages (copies of the runner's) and the program's interpreter
+_CGROUP_LEFTOVER = 2 << 20  # charges a reused cgroup may keep (the runner's own pages), counted against the margin
 _TMPFS_INODES = 4096  # files and folders in each of a job's /tmp and /dev/shm
 _CHUNK = 1 << 20  # characters of a job's file encoded and sent at a time
 
@@ -104,7 +105,7 @@ class RunResult:
 # ---------------------------------------------------------------------------------------------------
 # Grader side: launching the runner, talking to it, choosing the backend once per process.
 
-_SESSIONS = iter(range(1 << 62))
+SESSION_TAG = secrets.token_hex(4)  # this grader process's sandboxes' ids start with it (GSPO_SANDBOX_ID)
 
 
 class _SandboxDied(Exception):
@@ -121,8 +122,8 @@ class Runner:
         self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
         self.uid: UidLease | None = None  # root: the host uid this sandbox runs as, its own while it lives
         self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: the job's (fresh for each)
-        self._old_cgroups: list[MemoryCgroup] = []  # earlier jobs' (emptied), removed as soon as the kernel lets
-        self._jobs = 0
+        self._spare: MemoryCgroup | None = None  # the job before's, reused for the next job once reclaimed
+        self._old_cgroups: list[MemoryCgroup] = []  # replaced ones (emptied), removed as soon as the kernel lets
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -172,24 +173,30 @@ class Runner:
         return RunResult(**result, stdout=stdout, stderr=err.decode("utf-8", "replace"))
 
     def _limit_memory(self, job: Job) -> int:
-        """Move the sandbox into a fresh memory cgroup whose limit is `job`'s own budget: twice memory_mb
-        (each process keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's
-        files and a margin for the job server's pages. Nothing earlier jobs left charged counts or raises it
-        (issue 46: usage + budget grew 160 -> 556 MiB over four tests). The OOM kills so far (none)."""
+        """Move the sandbox into a memory cgroup emptied for `job`, whose limit is the job's own budget: twice
+        memory_mb (each process keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the
+        job's files and a margin for the job server's pages. Two cgroups take turns (issue 58: a fresh one per
+        job left one dying cgroup per test, its page cache still charged): the one the job before last used is
+        reclaimed first and reused when at most _CGROUP_LEFTOVER stays charged (the runner's own pages), else
+        replaced by a fresh one; so nothing earlier jobs left raises the limit (issue 46). The OOM kills so far."""
         if self.cgroup is None:
             return 0
-        self._jobs += 1
-        fresh = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}-{self._jobs}")
-        if fresh is None:
-            raise OSError("cannot make the job's memory cgroup")
+        target, self._spare = self._spare, None
+        if target is not None and target.empty() > _CGROUP_LEFTOVER:
+            self._old_cgroups.append(target)
+            target = None
+        if target is None:
+            target = MemoryCgroup.create(f"gspo-sandbox-{secrets.token_hex(8)}")  # no pid or count: the program sees it
+            if target is None:
+                raise OSError("cannot make the job's memory cgroup")
         files = sum(len(text.encode()) for text in job.files.values())
-        self._old_cgroups.append(self.cgroup)
-        self.cgroup = fresh  # (before the move: close() removes both should it fail)
-        fresh.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
-        for old in self._old_cgroups:  # any not yet removed too: the shim may join its first one late
-            fresh.adopt(old)
+        current, self.cgroup = self.cgroup, target  # (before the move: close() removes both should it fail)
+        target.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
+        for old in [current, *self._old_cgroups]:  # any not yet removed too: the shim may join its first one late
+            target.adopt(old)
         self._old_cgroups = [cg for cg in self._old_cgroups if not cg.remove(wait=False)]
-        return fresh.oom_kills()
+        self._spare = current
+        return target.oom_kills()
 
     def close(self) -> None:
         """Kill the runner and everything it started; remove the working dir and the cgroup."""
@@ -207,12 +214,12 @@ class Runner:
         if self.uid is not None:  # only now: nothing of the sandbox runs under it any more
             self.uid.release()
             self.uid = None
-        for cgroup in [*self._old_cgroups, *([self.cgroup] if self.cgroup else [])]:
+        for cgroup in [*self._old_cgroups, *(cg for cg in (self.cgroup, self._spare) if cg)]:
             cgroup.remove()
-        self.cgroup, self._old_cgroups = None, []
+        self.cgroup, self._spare, self._old_cgroups = None, None, []
 
     def _start(self, prelude: str) -> None:
-        self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
+        self.session_id = f"{SESSION_TAG}-{secrets.token_hex(8)}"  # no pid, no count: the program sees it
         name, drop = self._choice.name, self._choice.drop_uid
         if drop:  # per-user kernel quotas then are this sandbox's alone (uids.py)
             self.uid = lease()
@@ -223,7 +230,7 @@ class Runner:
         workdir = self._workdir if name == "plain" else "/tmp/work"
         env = sandbox_env(workdir, self.session_id)
         if drop:
-            self.cgroup = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}")
+            self.cgroup = MemoryCgroup.create(f"gspo-sandbox-{secrets.token_hex(8)}")
         program = seccomp_program()
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
                "root": self._workdir, "seccomp": program.hex() if isinstance(program, bytes) else "",
