@@ -103,11 +103,30 @@ def cgroups(tests: int = 20) -> dict:
                     return int(line.split()[2])
         return -1
 
+    files = _uncached_files(tests)
     before = count()
-    code = "print(len(open('/usr/lib/os-release', 'rb').read()) > 0)"
-    r = run_code(code, [{"input": "", "output": "True"}] * tests, timeout_s=2, memory_mb=64)
+    code = "import sys\nprint(len(open(sys.stdin.read().strip(), 'rb').read()) > 0)"
+    r = run_code(code, [{"input": f, "output": "True"} for f in files], timeout_s=2, memory_mb=64)
     time.sleep(1)
     return {"row": "memory_cgroups_left", "tests": tests, "verdict": r.verdict, "more_cgroups": count() - before}
+
+
+def _uncached_files(n: int) -> list[str]:
+    """n files under /usr/share of 16 KiB or more, their pages dropped from the page cache (fadvise DONTNEED),
+    so that each test's read charges fresh pages to its job's memory cgroup."""
+    found = []
+    for folder, _, names in os.walk("/usr/share"):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) >= 16384:
+                found.append(path)
+        if len(found) >= n:
+            break
+    for path in found[:n]:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    return found[:n]
 
 
 def main() -> None:

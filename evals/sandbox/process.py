@@ -77,9 +77,14 @@ class Job:
     def wall_limit(self) -> float:
         return self.wall_s if self.wall_s is not None else 2.0 * self.cpu_s + 1.0
 
+    def files_bytes(self) -> int:
+        """The UTF-8 size of the job's files, encoded a chunk at a time (no copy of a 16 MiB file: 48 MiB for
+        one of U+FFFD, the decoded form of invalid bytes)."""
+        return sum(len(text[i:i + _CHUNK].encode()) for text in self.files.values() for i in range(0, len(text), _CHUNK))
+
     def tmpfs_bytes(self) -> dict[str, int]:
         """Sizes of the sandbox's writable tmpfs mounts: memory_mb in all, plus the job's own files."""
-        mem, files = self.memory_mb << 20, sum(len(text.encode()) for text in self.files.values())
+        mem, files = self.memory_mb << 20, self.files_bytes()
         return {"/tmp": mem - mem // 16 + files + (1 << 20), "/dev/shm": max(mem // 16, 1 << 20)}
 
 
@@ -189,7 +194,7 @@ class Runner:
             target = MemoryCgroup.create(f"gspo-sandbox-{secrets.token_hex(8)}")  # no pid or count: the program sees it
             if target is None:
                 raise OSError("cannot make the job's memory cgroup")
-        files = sum(len(text.encode()) for text in job.files.values())
+        files = job.files_bytes()
         current, self.cgroup = self.cgroup, target  # (before the move: close() removes both should it fail)
         target.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
         for old in [current, *self._old_cgroups]:  # any not yet removed too: the shim may join its first one late
