@@ -48,7 +48,7 @@ def _shape(unit: str) -> str:
 
 def screen_cpu() -> list[dict]:
     """The screen's CPU per shape in this process (whichever screen this tree has)."""
-    call = getattr(screen, "screen_for_checker")
+    call = screen.screen_for_checker
     rows = []
     for name, unit in SHAPES.items():
         text = _shape(unit)
