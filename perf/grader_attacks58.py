@@ -7,7 +7,7 @@
             fresh process per row) for 16 MiB of ASCII, astral and invalid-UTF-8 output, compared in the
             grader ("lines") and sent to a checker
   cgroups   dying memory cgroups (v1: /proc/cgroups' count of memory cgroups less those in the tree) left
-            by 20 tests that each read a file (root grader with a memory cgroup)
+            by 20 tests that each read a file dropped from the page cache first (root grader with a memory cgroup)
 
     python perf/grader_attacks58.py                          # the default backend, every row
     GSPO_SANDBOX_BACKEND=unshare python perf/grader_attacks58.py --only memory

@@ -204,9 +204,10 @@ def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None,
     with a first stdout token of 1/ok/yes/true (any case) or a finite score >= 1. It rejects by exiting 1
     or 2, or exiting 0 with 0/no/false/wrong/wa or a score below 1; anything else (silence, a crash, another
     exit code, an unparsable reply) is checker_error, never accepted. Output a checker could be fooled by
-    is a wrong answer without running it (graders.screen): a token that float() or Decimal reads as NaN or
-    an infinity, split as JSON and CSV are ("1e309", "[NaN, NaN]", "nan,nan"), an empty output, or, for a
-    real-valued answer, a token count other than the expected answer's.
+    is a wrong answer before the checker runs, in the checker's sandboxed job (graders.screen): a token that
+    float() or Decimal reads as NaN or an infinity, split as JSON and CSV are ("1e309", "[NaN, NaN]",
+    "nan,nan"), an empty output, or a count of numbers (whatever separates them) other than a real-valued
+    answer's, or none for an integer one ("[]"). The checker's eval reads literals only (the answer as data).
     """
     _check_tests(tests, fn_name)
     if not code or not code.strip():
