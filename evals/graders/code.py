@@ -26,13 +26,14 @@ import decimal
 import json
 import math
 import re
+import secrets
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import zip_longest
 from typing import Literal
 
 from gspo.conf.errors import GspoError
-from gspo.evals.graders.screen import screen_for_checker
+from gspo.evals.graders.screen import REFUSED_STATUS, checker_program
 from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, RunResult, Sandbox
 
@@ -49,6 +50,7 @@ _SHOW = 1000  # characters of stdout/stderr/expected kept per test
 _JSON_FACTOR, _JSON_SLACK = 4, 1 << 16
 _ACCEPT = ("1", "ok", "yes", "true")  # a checker's explicit yes (first token of its stdout, any case)
 _REJECT = ("0", "no", "false", "wrong", "wa")
+_CHECKER_CPU_S = 20.0  # the screen (linear: a few seconds at worst on 16 MiB) and the checker together
 
 
 @dataclass
@@ -202,9 +204,10 @@ def run_code(code: str | None, tests: list[dict], *, fn_name: str | None = None,
     with a first stdout token of 1/ok/yes/true (any case) or a finite score >= 1. It rejects by exiting 1
     or 2, or exiting 0 with 0/no/false/wrong/wa or a score below 1; anything else (silence, a crash, another
     exit code, an unparsable reply) is checker_error, never accepted. Output a checker could be fooled by
-    is a wrong answer without running it (graders.screen): a token that float() or Decimal reads as NaN or
-    an infinity, split as JSON and CSV are ("1e309", "[NaN, NaN]", "nan,nan"), an empty output, or, for a
-    real-valued answer, a token count other than the expected answer's.
+    is a wrong answer before the checker runs, in the checker's sandboxed job (graders.screen): a token that
+    float() or Decimal reads as NaN or an infinity, split as JSON and CSV are ("1e309", "[NaN, NaN]",
+    "nan,nan"), an empty output, or a count of numbers (whatever separates them) other than a real-valued
+    answer's, or none for an integer one ("[]"). The checker's eval reads literals only (the answer as data).
     """
     _check_tests(tests, fn_name)
     if not code or not code.strip():
@@ -275,11 +278,8 @@ def _judge(raw: RunResult, timeout_s: float, memory_mb: int) -> TestResult:
 def _compare(sandbox: Sandbox, raw: RunResult, result: TestResult, test: dict, *, fn_name: str | None,
              compare: str, checker: str | None) -> TestResult:
     expected = test["output"]
-    if checker is not None:
-        if refused := screen_for_checker(raw.stdout, expected):  # by value: "1e309", "[NaN, NaN]", empty
-            result.verdict, result.message = "wrong_answer", refused
-        else:
-            result.verdict, result.message = _run_checker(sandbox, checker, test["input"], expected, raw.stdout)
+    if checker is not None:  # the screen ("1e309", "[NaN, NaN]", "[]", empty) runs in the checker's job
+        result.verdict, result.message = _run_checker(sandbox, checker, test["input"], expected, raw.stdout)
         return result
     if fn_name:
         want = json.loads(expected)
@@ -301,9 +301,14 @@ def _compare(sandbox: Sandbox, raw: RunResult, result: TestResult, test: dict, *
 
 
 def _run_checker(sandbox: Sandbox, checker: str, test_input: str, expected: str, output: str) -> tuple[str, str]:
+    """The checker's verdict, in a sandboxed job that first screens the output (graders.screen, under the
+    job's limits: none of it runs in the grader's process) and gives the checker `eval` for data only."""
     files = {"input.txt": test_input, "correct_output.txt": expected, "solution_output.txt": output}
-    raw = sandbox.run(Job(code=checker, cpu_s=10.0, memory_mb=1024, filename="checker.py",
-                          argv=("checker.py", *files), files=files))
+    nonce = secrets.token_hex(8)
+    raw = sandbox.run(Job(code=checker_program(checker, nonce), cpu_s=_CHECKER_CPU_S, memory_mb=1024,
+                          filename="checker.py", argv=("checker.py", *files), files=files))
+    if raw.exit_code == REFUSED_STATUS and raw.stdout.startswith(nonce + " ") and not (raw.error or raw.limit):
+        return "wrong_answer", raw.stdout[len(nonce) + 1:].strip()[:200]
     if raw.error or not raw.compiled or raw.limit or raw.exit_code not in (0, 1, 2):
         return "checker_error", f"checker failed: {raw.error or raw.stderr.strip()[-200:] or raw.limit}"
     reply = raw.stdout.strip()[:200]

@@ -24,8 +24,9 @@ from pathlib import Path
 log = logging.getLogger("gspo.evals.sandbox")
 
 _ROOT = Path("/sys/fs/cgroup")
-_V1 = {"limit": "memory.limit_in_bytes", "usage": "memory.usage_in_bytes", "events": "memory.oom_control"}
-_V2 = {"limit": "memory.max", "usage": "memory.current", "events": "memory.events"}
+_V1 = {"limit": "memory.limit_in_bytes", "usage": "memory.usage_in_bytes", "events": "memory.oom_control",
+       "empty": "memory.force_empty"}
+_V2 = {"limit": "memory.max", "usage": "memory.current", "events": "memory.events", "empty": "memory.reclaim"}
 
 
 class MemoryCgroup:
@@ -98,9 +99,24 @@ class MemoryCgroup:
                 return int(value)
         return 0
 
+    def empty(self) -> int:
+        """Reclaim what the cgroup holds (page cache, freed tmpfs, slab), so that no charge keeps it alive once
+        removed (a dying cgroup, issue 58) and nothing left counts against its next job; the bytes still
+        charged (what no reclaim frees: live processes' anonymous pages without swap)."""
+        try:
+            self._write(self._files["empty"], "0" if self._files is _V1 else str(1 << 40))
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EBUSY):  # v2: not all of it could be reclaimed
+                raise
+        return self.usage()
+
     def remove(self, wait: bool = True) -> bool:
-        """Remove the (emptied) cgroup; its last processes may take a moment to leave it (`wait`: up to 2 s,
-        else one try). Whether it is gone."""
+        """Remove the (emptied) cgroup, its pages reclaimed first; its last processes may take a moment to
+        leave it (`wait`: up to 2 s, else one try). Whether it is gone."""
+        try:
+            self.empty()
+        except OSError:
+            pass  # gone, or processes still leaving: rmdir says which
         for _ in range(2000 if wait else 1):
             try:
                 self.path.rmdir()

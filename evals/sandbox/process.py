@@ -18,7 +18,6 @@ the probe chose. Language-level guards are not used: ctypes bypasses them.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -47,7 +46,9 @@ _HEADER = struct.Struct("!Q")
 _META_BYTES = 1 << 16  # the reply's JSON header; stderr is kept to its last 64 KiB by the runner too
 _STDERR_BYTES = 1 << 16
 _CGROUP_MARGIN = 32 << 20  # a job server's own pages (copies of the runner's) and the program's interpreter
+_CGROUP_LEFTOVER = 2 << 20  # charges a reused cgroup may keep (the runner's own pages), counted against the margin
 _TMPFS_INODES = 4096  # files and folders in each of a job's /tmp and /dev/shm
+_CHUNK = 1 << 20  # characters of a job's file encoded and sent at a time
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,14 @@ class Job:
     def wall_limit(self) -> float:
         return self.wall_s if self.wall_s is not None else 2.0 * self.cpu_s + 1.0
 
+    def files_bytes(self) -> int:
+        """The UTF-8 size of the job's files, encoded a chunk at a time (no copy of a 16 MiB file: 48 MiB for
+        one of U+FFFD, the decoded form of invalid bytes)."""
+        return sum(len(text[i:i + _CHUNK].encode()) for text in self.files.values() for i in range(0, len(text), _CHUNK))
+
     def tmpfs_bytes(self) -> dict[str, int]:
         """Sizes of the sandbox's writable tmpfs mounts: memory_mb in all, plus the job's own files."""
-        mem, files = self.memory_mb << 20, sum(len(text.encode()) for text in self.files.values())
+        mem, files = self.memory_mb << 20, self.files_bytes()
         return {"/tmp": mem - mem // 16 + files + (1 << 20), "/dev/shm": max(mem // 16, 1 << 20)}
 
 
@@ -104,7 +110,7 @@ class RunResult:
 # ---------------------------------------------------------------------------------------------------
 # Grader side: launching the runner, talking to it, choosing the backend once per process.
 
-_SESSIONS = iter(range(1 << 62))
+SESSION_TAG = secrets.token_hex(4)  # this grader process's sandboxes' ids start with it (GSPO_SANDBOX_ID)
 
 
 class _SandboxDied(Exception):
@@ -121,8 +127,8 @@ class Runner:
         self.host_uids: set[int] = set()  # watch_uids: real uids, seen from here, of the last run's processes
         self.uid: UidLease | None = None  # root: the host uid this sandbox runs as, its own while it lives
         self.cgroup: MemoryCgroup | None = None  # root, where the machine allows one: the job's (fresh for each)
-        self._old_cgroups: list[MemoryCgroup] = []  # earlier jobs' (emptied), removed as soon as the kernel lets
-        self._jobs = 0
+        self._spare: MemoryCgroup | None = None  # the job before's, reused for the next job once reclaimed
+        self._old_cgroups: list[MemoryCgroup] = []  # replaced ones (emptied), removed as soon as the kernel lets
         self._proc: subprocess.Popen | None = None
         self._workdir: str | None = None
         self._stderr = None
@@ -143,15 +149,17 @@ class Runner:
             except OSError as e:
                 self.close()
                 return RunResult(error=f"cannot start the sandbox: {e}")
-        # files (a checker's copy of the program's output among them) as base64: JSON would escape each
-        # control byte of a hostile output to six
-        files = {name: base64.b64encode(text.encode()).decode() for name, text in job.files.items()}
-        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes(), "files": files}).encode()
-        del files
+        # the job's files (a checker's copy of the program's output among them) follow it as raw byte frames,
+        # encoded a chunk at a time: no copy of a file in the grader (before: UTF-8, base64 and JSON copies of
+        # 16 MiB of invalid UTF-8 grew it by 224 MiB; issue 58)
+        payload = json.dumps({**asdict(job), "wall_s": job.wall_limit, "tmpfs": job.tmpfs_bytes(),
+                              "files": list(job.files)}).encode()
         try:
             ooms = self._limit_memory(job)
             _write_all(self._proc.stdin.fileno(), _HEADER.pack(len(payload)))
-            _write_all(self._proc.stdin.fileno(), payload)  # (not concatenated: a checker's job holds 21 MiB)
+            _write_all(self._proc.stdin.fileno(), payload)
+            for text in job.files.values():
+                _write_text(self._proc.stdin.fileno(), text)
             deadline = time.monotonic() + job.wall_limit + _STARTUP_MARGIN_S
             fd = self._proc.stdout.fileno()
             meta, out, err = (_read_frame(fd, deadline, cap) for cap in (_META_BYTES, job.output_bytes, _STDERR_BYTES))
@@ -170,24 +178,30 @@ class Runner:
         return RunResult(**result, stdout=stdout, stderr=err.decode("utf-8", "replace"))
 
     def _limit_memory(self, job: Job) -> int:
-        """Move the sandbox into a fresh memory cgroup whose limit is `job`'s own budget: twice memory_mb
-        (each process keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the job's
-        files and a margin for the job server's pages. Nothing earlier jobs left charged counts or raises it
-        (issue 46: usage + budget grew 160 -> 556 MiB over four tests). The OOM kills so far (none)."""
+        """Move the sandbox into a memory cgroup emptied for `job`, whose limit is the job's own budget: twice
+        memory_mb (each process keeps its own RLIMIT_AS of memory_mb, so one-process verdicts do not change), the
+        job's files and a margin for the job server's pages. Two cgroups take turns (issue 58: a fresh one per
+        job left one dying cgroup per test, its page cache still charged): the one the job before last used is
+        reclaimed first and reused when at most _CGROUP_LEFTOVER stays charged (the runner's own pages), else
+        replaced by a fresh one; so nothing earlier jobs left raises the limit (issue 46). The OOM kills so far."""
         if self.cgroup is None:
             return 0
-        self._jobs += 1
-        fresh = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}-{self._jobs}")
-        if fresh is None:
-            raise OSError("cannot make the job's memory cgroup")
-        files = sum(len(text.encode()) for text in job.files.values())
-        self._old_cgroups.append(self.cgroup)
-        self.cgroup = fresh  # (before the move: close() removes both should it fail)
-        fresh.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
-        for old in self._old_cgroups:  # any not yet removed too: the shim may join its first one late
-            fresh.adopt(old)
+        target, self._spare = self._spare, None
+        if target is not None and target.empty() > _CGROUP_LEFTOVER:
+            self._old_cgroups.append(target)
+            target = None
+        if target is None:
+            target = MemoryCgroup.create(f"gspo-sandbox-{secrets.token_hex(8)}")  # no pid or count: the program sees it
+            if target is None:
+                raise OSError("cannot make the job's memory cgroup")
+        files = job.files_bytes()
+        current, self.cgroup = self.cgroup, target  # (before the move: close() removes both should it fail)
+        target.limit(2 * (job.memory_mb << 20) + files + _CGROUP_MARGIN)
+        for old in [current, *self._old_cgroups]:  # any not yet removed too: the shim may join its first one late
+            target.adopt(old)
         self._old_cgroups = [cg for cg in self._old_cgroups if not cg.remove(wait=False)]
-        return fresh.oom_kills()
+        self._spare = current
+        return target.oom_kills()
 
     def close(self) -> None:
         """Kill the runner and everything it started; remove the working dir and the cgroup."""
@@ -205,12 +219,12 @@ class Runner:
         if self.uid is not None:  # only now: nothing of the sandbox runs under it any more
             self.uid.release()
             self.uid = None
-        for cgroup in [*self._old_cgroups, *([self.cgroup] if self.cgroup else [])]:
+        for cgroup in [*self._old_cgroups, *(cg for cg in (self.cgroup, self._spare) if cg)]:
             cgroup.remove()
-        self.cgroup, self._old_cgroups = None, []
+        self.cgroup, self._spare, self._old_cgroups = None, None, []
 
     def _start(self, prelude: str) -> None:
-        self.session_id = f"{os.getpid()}-{next(_SESSIONS)}"
+        self.session_id = f"{SESSION_TAG}-{secrets.token_hex(8)}"  # no pid, no count: the program sees it
         name, drop = self._choice.name, self._choice.drop_uid
         if drop:  # per-user kernel quotas then are this sandbox's alone (uids.py)
             self.uid = lease()
@@ -221,7 +235,7 @@ class Runner:
         workdir = self._workdir if name == "plain" else "/tmp/work"
         env = sandbox_env(workdir, self.session_id)
         if drop:
-            self.cgroup = MemoryCgroup.create(f"gspo-sandbox-{self.session_id}")
+            self.cgroup = MemoryCgroup.create(f"gspo-sandbox-{secrets.token_hex(8)}")
         program = seccomp_program()
         cfg = {"workdir": workdir, "sys_path": [p for p in site.getsitepackages() if os.path.isdir(p)],
                "root": self._workdir, "seccomp": program.hex() if isinstance(program, bytes) else "",
@@ -246,6 +260,15 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _write_text(fd: int, text: str) -> None:
+    """`text` as UTF-8 in frames of at most 1 Mi characters each (8-byte length, bytes), then an empty frame."""
+    for start in range(0, len(text), _CHUNK):
+        chunk = text[start:start + _CHUNK].encode()
+        _write_all(fd, _HEADER.pack(len(chunk)))
+        _write_all(fd, chunk)
+    _write_all(fd, _HEADER.pack(0))
 
 
 def _read_frame(fd: int, deadline: float, cap: int) -> bytearray:

@@ -24,6 +24,7 @@ from gspo.conf.errors import GspoError
 from gspo.evals.graders.code import run_code
 from gspo.evals.parallel import parallel_map
 from gspo.evals.sandbox import Job, Sandbox, clear_probe_cache, sandbox_backend, sandbox_protections
+from gspo.evals.sandbox.process import SESSION_TAG
 from gspo.evals.sandbox.uids import uid_range
 
 LIMITS = {"timeout_s": 0.5, "memory_mb": 128}
@@ -33,7 +34,7 @@ FAILING = {"wrong_answer", "runtime_error", "time_limit", "memory_limit", "outpu
 
 def _sandbox_processes() -> list[psutil.Process]:
     """Live processes started by sandboxes of this test process (tagged through their environment)."""
-    prefix = f"{os.getpid()}-"
+    prefix = f"{SESSION_TAG}-"
     found = []
     for proc in psutil.process_iter():
         try:

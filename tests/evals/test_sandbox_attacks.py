@@ -315,11 +315,13 @@ print(1 if got == int(open(sys.argv[2]).read()) else 0)
 
 def test_a_checker_must_say_yes(backend):
     """Exit 0 with nothing said accepted "x" (issue 36); now silence, an unparsable reply or a crash is
-    checker_error, a "0" a wrong answer, and only an explicit yes accepts."""
+    checker_error, a "0" a wrong answer, and only an explicit yes accepts ("5.0", which int() cannot parse: "x"
+    holds no number and is refused by the screen since issue 58)."""
     def verdict(printed: str, checker: str = _SILENT) -> str:
         return run_code(f"print({printed!r})", [{"input": "", "output": "5"}], timeout_s=2, memory_mb=128,
                         checker=checker).verdict
-    assert [verdict("x"), verdict("4"), verdict("5")] == ["checker_error", "wrong_answer", "accepted"]
+    assert [verdict("5.0"), verdict("4"), verdict("5"), verdict("x")] == ["checker_error", "wrong_answer", "accepted",
+                                                                         "wrong_answer"]
     assert verdict("5", "print('maybe')") == "checker_error"
     assert verdict("5", "print('0.5')") == "wrong_answer"  # a score below 1
 
@@ -384,9 +386,11 @@ def test_the_graders_keyring_is_out_of_reach(backend):
 
 
 def test_calls_no_program_needs_are_denied(backend):
-    code = """import ctypes, errno
+    code = """import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 SHARED = open("/usr/bin/env", "rb").fileno()  # a host file every sandbox shares (read-only)
+USR, UNIX = os.open("/usr", os.O_RDONLY), libc.syscall(41, 1, 1, 0)
+LOCK, BIG = ctypes.create_string_buffer(32), ctypes.byref(ctypes.c_int(8 << 20))  # struct flock (F_RDLCK: 0), 8 MiB
 calls = {"keyctl": (250, 0, -3, 0), "add_key": (248, b"user", b"k", b"x", 1, -3), "request_key": (249, b"user", b"k", None, 0),
          "io_uring_setup": (425, 4, ctypes.create_string_buffer(120)), "userfaultfd": (323, 0), "bpf": (321, 0, None, 0),
          "ptrace": (101, 0, 0, 0, 0), "unshare": (272, 0x20000000), "mount": (165, b"none", b"/tmp", b"tmpfs", 0, None),
@@ -395,7 +399,12 @@ calls = {"keyctl": (250, 0, -3, 0), "add_key": (248, b"user", b"k", b"x", 1, -3)
          "semget": (64, 0, 64, 0o1600), "io_setup": (206, 1, ctypes.byref(ctypes.c_ulong(0))), "inotify_init": (253,),
          "inotify_init1": (294, 0), "fanotify_init": (300, 0, 0), "vsock": (41, 40, 1, 0), "netlink": (41, 16, 3, 0),
          "packet": (41, 17, 3, 0), "flock": (73, SHARED, 2), "fadvise64": (221, SHARED, 0, 0, 4),
-         "mincore": (27, 0, 4096, 0)}  # (the filter answers before the kernel reads any argument)
+         "mincore": (27, 0, 4096, 0),
+         # issue 58: the host's writeback on demand, locks and dnotify on shared files, socket buffers past the default
+         "sync": (162,), "syncfs": (306, SHARED), "F_SETLK": (72, SHARED, 6, LOCK), "F_GETLK": (72, SHARED, 5, LOCK),
+         "F_OFD_SETLK": (72, SHARED, 37, LOCK), "F_OFD_GETLK": (72, SHARED, 36, LOCK), "F_NOTIFY": (72, USR, 1026, 1),
+         "SO_SNDBUF": (54, UNIX, 1, 7, BIG, 4), "SO_RCVBUFFORCE": (54, UNIX, 1, 33, BIG, 4)}
+# (the filter answers before the kernel reads any argument)
 for name, args in calls.items():
     ctypes.set_errno(0)
     rc = libc.syscall(*args)
@@ -406,7 +415,7 @@ for family in (1, 2, 10):  # AF_UNIX, AF_INET, AF_INET6 still work
     result = run_code(code, [{"input": "", "output": "never"}], timeout_s=2, memory_mb=128)
     said = dict(line.split() for line in result.tests[0].stdout.splitlines())
     sockets = {f"socket{family}": said.pop(f"socket{family}", None) for family in (1, 2, 10)}
-    assert said == dict.fromkeys(said, "EPERM") and len(said) == 23, said
+    assert said == dict.fromkeys(said, "EPERM") and len(said) == 32, said
     assert sockets == dict.fromkeys(sockets, "OK"), sockets
 
 
@@ -670,3 +679,129 @@ def test_without_a_seccomp_filter_the_sandbox_refuses(backend):
     assert "refused" in seen, seen
     assert "lacks seccomp" in seen["refused"] and "pip install pyseccomp" in seen["refused"]
     assert "\n" not in seen["refused"]
+
+
+# --- 9. Issue 58: checkers that eval, the job server out of reach, the kernel's shared pools ------------------
+
+_EVAL_CHECKER = """import sys
+got, want = eval(open(sys.argv[3]).read()), eval(open(sys.argv[2]).read())
+print(1 if got == want else 0)
+"""
+# an answer that is code: evaluated, it says yes for the checker and ends it
+_CODE_ANSWER = "__import__('os').write(1, b'1 ok ' + b'2' * 0) and __import__('os')._exit(0)"
+
+
+def test_a_checker_that_evals_gets_the_answer_as_data(backend):
+    """Run as written, the checker evaluates the answer, which prints its yes and exits: accepted. In the
+    checker's job its eval reads a literal only (ast.literal_eval), so the same answer is not accepted."""
+    files = {"input.txt": "", "correct_output.txt": "[1, 2]", "solution_output.txt": _CODE_ANSWER}
+    with Sandbox() as sb:  # the checker alone, as a program: fooled
+        fooled = sb.run(Job(code=_EVAL_CHECKER, filename="checker.py", argv=("checker.py", *files), files=files))
+    assert fooled.exit_code == 0 and fooled.stdout.split()[0] == "1", fooled
+    result = run_code(f"print({_CODE_ANSWER!r})", [{"input": "", "output": "[1, 2]"}], timeout_s=2, memory_mb=128,
+                      checker=_EVAL_CHECKER)
+    assert result.verdict == "wrong_answer", result.to_dict()
+    assert run_code("print([1, 2])", [{"input": "", "output": "[1, 2]"}], timeout_s=2, memory_mb=128,
+                    checker=_EVAL_CHECKER).passed  # a literal answer is still judged
+
+
+_REACH = """import ctypes, json, os, resource, time
+libc = ctypes.CDLL(None, use_errno=True)
+reached = []
+for pid in range(1, 4096):  # every pid this program can name but its own
+    if pid == os.getpid():
+        continue
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (0, 0))  # would blind the job server's CPU poll
+        resource.prlimit(pid, resource.RLIMIT_AS, (1 << 20, 1 << 20))  # would kill it at its next allocation
+        reached.append(pid)
+    except OSError:
+        pass
+    for call in (lambda: os.setpriority(os.PRIO_PROCESS, pid, 19), lambda: os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))):
+        try:
+            call()
+            reached.append(pid)
+        except OSError:
+            pass
+print(json.dumps({"pid": os.getpid(), "reached": sorted(set(reached))}), flush=True)
+while True:
+    pass
+"""
+
+
+def test_the_job_server_is_out_of_the_programs_reach(backend):
+    """The filter refuses prlimit, setpriority and sched_setscheduler on any process but the caller, so the job
+    server (pid 1 of the program's namespace, same uid) keeps its limits and priority (before: prlimit(2) on
+    pid 1 blinded the CPU poll or killed the job server, and the grader waited 20 s; issue 58). Only the job
+    server's CPU poll explains limit == "cpu" within the wall limit."""
+    with Sandbox() as sb:
+        result = sb.run(Job(code=_REACH, cpu_s=1.0, wall_s=30))
+    seen = json.loads(result.stdout.splitlines()[0])
+    assert seen == {"pid": 2, "reached": []}, seen
+    assert result.error is None and result.limit == "cpu" and result.wall_s < 20, result
+
+
+_SHARED_POOLS = """import errno, json, os, socket
+seen = {}
+def attempt(name, call):
+    try:
+        call()
+        seen[name] = "ok"
+    except OSError as e:
+        seen[name] = errno.errorcode.get(e.errno, str(e.errno))
+attempt("openpty", os.openpty)
+attempt("ptmx", lambda: os.open("/dev/pts/ptmx", os.O_RDWR))
+attempt("pty_nr", lambda: open("/proc/sys/kernel/pty/nr").read())
+a, b = socket.socketpair()
+attempt("sndbuf", lambda: a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20))
+seen["sndbuf_now"] = a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+seen["procs"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+seen["id"] = os.environ.get("GSPO_SANDBOX_ID", "")
+seen["cgroup"] = open("/proc/self/cgroup").read()
+print(json.dumps(seen))
+"""
+
+
+def test_no_pty_no_raised_socket_buffer_no_grader_id(backend):
+    """No pty (bwrap's devpts shared the host's count: one sandbox held 3,070 of 3,072, and their buffers were
+    memory outside the cgroup), kernel.pty.nr hidden, socket buffers left at the default (8 MiB each held
+    1.7-2.2 GB where no memory cgroup can be made), and neither the grader's pid nor a job count in view."""
+    import re
+    outputs = []
+    with Sandbox() as sb:
+        for _ in range(3):
+            outputs.append(json.loads(sb.run(Job(code=_SHARED_POOLS)).stdout))
+    seen = outputs[0]
+    assert seen["openpty"] == seen["ptmx"] == seen["pty_nr"] == "ENOENT", seen
+    assert seen["sndbuf"] == "EPERM" and seen["sndbuf_now"] < 1 << 20, seen
+    assert seen["procs"] == [1, 2], seen  # the job server and the program
+    pid = re.compile(rf"(?<!\d){os.getpid()}(?!\d)")
+    for out in outputs:
+        assert not pid.search(out["id"] + out["cgroup"]), out
+        assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{16}", out["id"]), out
+        assert all(re.fullmatch(r"gspo-sandbox-[0-9a-f]{16}", part) for part in re.findall(r"gspo-sandbox-[^/\n]*", out["cgroup"])), out
+
+
+def test_no_memory_cgroup_dies_per_test(backend):
+    """A root grader's memory cgroups are reused and reclaimed before removal: 12 tests that each read a file
+    (page cache charged to the job's cgroup) leave no cgroup behind (before: one dying cgroup per test)."""
+    if os.geteuid() != 0 or not os.path.exists("/proc/cgroups"):
+        pytest.skip("memory cgroups are made by a root grader")
+
+    def memory_cgroups() -> int:
+        with open("/proc/cgroups") as f:
+            return next(int(line.split()[2]) for line in f if line.startswith("memory\t"))
+
+    import glob
+    files = sorted(glob.glob("/usr/lib/python3*/**/*.py", recursive=True), key=os.path.getsize)[-12:]
+    for path in files:  # dropped from the page cache: each test's read charges fresh pages to its job's cgroup
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    before = memory_cgroups()
+    with Sandbox() as sb:
+        if sb.run(Job(code="print(1)")).stdout != "1\n" or sb.cgroup is None:
+            pytest.skip("no memory cgroup on this machine")
+        for path in files:
+            sb.run(Job(code=f"print(len(open({path!r}, 'rb').read()))"))
+    time.sleep(0.5)
+    assert memory_cgroups() - before <= 1, (before, memory_cgroups())  # (another grader's may come and go)
