@@ -44,12 +44,16 @@ def compare_cmd(
     verdict.until=resolved: seeds added in rounds until each verdict is resolved or shown equivalent
     (group-sequential), or verdict.max_seeds / verdict.max_minutes is spent."""
     overrides = list(overrides or [])
-    from gspo.study.grid import cfg_mode, grid_text
+    mode = None
+    if "--cfg" in overrides:  # the grid, printed instead of run (study/grid.py composes configs: imported for it)
+        from gspo.study.grid import cfg_mode
 
-    mode, overrides = cfg_mode(overrides)
+        mode, overrides = cfg_mode(overrides)
     name, rest = pick_preset(overrides)
     verdict, rest = split_verdict(rest)
     if mode is not None:
+        from gspo.study.grid import grid_text
+
         typer.echo(grid_text(name, rest, mode), nl=False)
         return
     from gspo.cli.fetch import check_offline_plan

@@ -46,7 +46,7 @@ def report_cmd(
         write_groups,
         write_report,
     )
-    from gspo.study.plan import report_plan
+    from gspo.trainer.run.sweepdir import report_plan
 
     paths = _until_named(list(paths or []))
     rounds: dict = {}

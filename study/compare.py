@@ -15,10 +15,10 @@ from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.study import until
 from gspo.study.launch import check_launcher
-from gspo.study.plan import Plan, arm_config, mark_ended, read_plan, register, write_plan
+from gspo.study.plan import Plan, arm_config, mark_ended, register
 from gspo.study.rounds import Look, look, plan_rounds, primary, round_lines, run_rounds
 from gspo.study.sweep import SweepCall, new_stamp, run_sweep, sweep_folder
-from gspo.trainer.run.sweepdir import is_sweep, sweep_notes
+from gspo.trainer.run.sweepdir import is_sweep, read_plan, sweep_notes, write_plan
 from gspo.vocab.choices import Until
 
 

@@ -38,12 +38,10 @@ from gspo.conf.overrides import (
 )
 from gspo.conf.resume import trajectory_neutral
 from gspo.conf.schema import VerdictConfig
-from gspo.trainer.run.records import read_record
-from gspo.trainer.run.rundir import atomic_write_text, gspo_version
-from gspo.trainer.run.sweepdir import is_sweep
+from gspo.trainer.run.rundir import gspo_version
+from gspo.trainer.run.sweepdir import PLAN, read_plan, write_plan
 from gspo.vocab.choices import Until
 
-PLAN = "plan.json"
 SEED = "seed"
 _RUN_KEYS = ("seed", "run_id", "output_dir", "resume")  # each run's own, not the arm's
 DESIGN_VERDICT = ("max_seeds", "round_seeds", "spending", "max_minutes")  # an until's looks are planned with these
@@ -206,19 +204,6 @@ def record(plan: Plan, rounds: list[list[int]] | None = None) -> dict:
         "rounds": rounds or [list(plan.seeds)], "ended": None}))
 
 
-def read_plan(folder: Path) -> dict | None:
-    path = folder / PLAN
-    if not path.is_file():
-        return None
-    return read_record(path, {"arms": dict, "seeds": list, "stop": dict, "rounds": list}, ("arms", "seeds"),
-                       "it is the experiment's registered plan: restore it, or start another hydra.sweep.dir=")
-
-
-def write_plan(folder: Path, plan: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / PLAN, json.dumps(plan, indent=1) + "\n")
-
-
 def differences(was: dict, now: dict) -> list[str]:
     """Each way `now` differs from the registered plan `was`, in words (the seeds last)."""
     said = []
@@ -301,13 +286,3 @@ def register(folder: Path, plan: Plan, rounds: list[list[int]] | None = None,
     if was is legacy and not new:
         write_plan(folder, now)
     return was, new
-
-
-def report_plan(paths: list[Path]) -> tuple[list[Path], tuple[str | None, ...]]:
-    """For `gspo report`: (the folders to read, a registered plan's later rounds added; (the primary score it
-    registered,)): an older gspo's sweep registered compare's default (held-out accuracy), runs named one by one
-    register nothing (empty)."""
-    if len(paths) == 1 and (plan := read_plan(paths[0])) is not None:
-        rounds = range(2, len(plan.get("rounds") or []) + 1)
-        return [paths[0], *(paths[0] / f"round-{i}" for i in rounds)], (plan.get("primary"),)
-    return paths, (None,) if any(is_sweep(p) for p in paths) else ()

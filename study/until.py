@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
-from gspo.study.plan import read_plan
 from gspo.trainer.run.records import read_record
 from gspo.trainer.run.rundir import atomic_write_text
-from gspo.trainer.run.sweepdir import damaged_job_records
+from gspo.trainer.run.sweepdir import damaged_job_records, read_plan
 from gspo.vocab.choices import Until
 
 RECORD = "sequential.json"

@@ -33,7 +33,7 @@ def test_the_card_follows_every_override(gspo_env):
     out = explain(g, "algo=gspo", "algo.correction.kind=tis", "algo.old_logp_source=engine", "train.minibatches=1")
     assert "correction tis at geometric level: c = sg(min(rho, 1.001))" in out and "on-policy" in out
     out = explain(g, "algo=cispo")
-    assert "w_it = sg(clip(r_it, 0, 6))" in out and "TRL's epsilon_high=6 equals this clip_high=5" in out
+    assert "w_it = sg(clip(r_it, 0, 5))" in out and "TRL's epsilon_high=5 equals this clip_high=4" in out
     out = explain(g, "algo=dppo_tv")
     assert "keep_it = (p - q <= 0.15) if A_it > 0, (p - q >= -0.15) if A_it <= 0" in out
     out = explain(g, "algo=dapo")

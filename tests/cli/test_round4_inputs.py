@@ -87,10 +87,12 @@ def test_a_launcher_or_folder_hydra_cannot_use_is_one_line_and_leaves_nothing(gs
 
 
 def test_n_jobs_alone_sets_how_many_jobs_compare_runs_at_once(monkeypatch):
+    from gspo.study.plan import make_plan
+
     monkeypatch.setattr(launch, "POLICIES", [("always two", lambda _m: 2)])
-    assert launch.jobs_at_once(["seed=0,1"]) == 2
-    assert launch.jobs_at_once(["seed=0,1", "hydra.launcher.n_jobs=1"]) == 1  # was 2: the user's 1 overridden
-    assert launch.jobs_at_once(["seed=0,1", "hydra.launcher.n_jobs=3"]) == 3
+    assert launch.jobs_at_once(make_plan(["seed=0,1"])) == 2
+    assert launch.jobs_at_once(make_plan(["seed=0,1", "hydra.launcher.n_jobs=1"])) == 1  # was 2: the user's 1 overridden
+    assert launch.jobs_at_once(make_plan(["seed=0,1", "hydra.launcher.n_jobs=3"])) == 3
     launch.check_launcher(["hydra.launcher.n_jobs=1"], at_once=True)  # compare: n_jobs alone is a number of jobs
 
 

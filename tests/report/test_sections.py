@@ -13,7 +13,7 @@ from gspo.report.page import Block
 
 
 def test_the_built_in_sections_in_order():
-    assert [name for name, _ in sections.SECTIONS] == ["setup", "cards", "noise", "results", "runs", "plots"]
+    assert [name for name, _ in sections.SECTIONS] == ["setup", "cards", "noise", "staleness", "results", "runs", "plots"]
 
 
 def test_a_new_section_is_one_function_and_one_registration(tmp_path, monkeypatch):

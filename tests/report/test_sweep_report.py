@@ -91,15 +91,16 @@ def test_summary_and_tables_equal_the_runs_own_metrics(report, sweep_dir):
         assert f"| {algo.upper()} | {fmt(mean)} |" in md
 
 
-def test_identical_seeds_collapse_the_interval(gspo, sweep_dir, tmp_path):
+def test_a_copied_run_is_one_seed_not_two(gspo, sweep_dir, tmp_path):
+    """The same run in two folders (a copy) is counted once, with a note (issue 56: it made "2 seeds" of one and an
+    interval of zero width)."""
     run = _runs(sweep_dir)[0]
     for name in ("a", "b"):
         shutil.copytree(run, tmp_path / name)
     result = gspo.invoke("report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "out"))
     assert result.exit_code == 0, (result.exception, result.output)
-    clip = [r["clip/token_frac"] for r in _metrics(run) if r["step"] >= 1]
-    m = fmt(sum(clip) / len(clip))
-    assert f"| all runs | {m} | {m} | {m} | 2 |" in (tmp_path / "out" / "report.md").read_text()
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "1 runs: 1 arms x 1 seed(s)" in page and "(a copy): counted once" in page
 
 
 def test_plots_are_not_blank(report):

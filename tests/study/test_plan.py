@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from gspo.conf.errors import GspoError
 from gspo.report import write_report
-from gspo.study.plan import make_plan, report_plan, write_plan
+from gspo.study.plan import make_plan
 from gspo.study.presets import sweep_params
-from gspo.trainer.run.sweepdir import write_job_record, write_sweep_plan
+from gspo.trainer.run.sweepdir import report_plan, write_job_record, write_plan, write_sweep_plan
 
 
 @pytest.mark.parametrize("seeds", ["++seed=0,1", "+seed=range(0,2)", "seed=5 ++seed=0,1"])

@@ -11,18 +11,18 @@ import pytest
 import scipy.stats as sps
 
 from gspo.conf import compose_config
-from gspo.conf.overrides import planned_jobs
 from gspo.report.runs import Run
 from gspo.report.staleness import activity, interaction, lag_table, objective, scores, slope
-from gspo.study.presets import sweep_params, swept_by
+from gspo.study.plan import make_plan
+from gspo.study.presets import sweep_params
 from gspo.trainer.step.advantages import correction_bounds
 from gspo.vocab import metrics as M
 
 
 def test_the_preset_plans_three_objectives_at_four_lags_and_each_job_composes():
-    params = sweep_params("staleness")
-    assert swept_by("staleness") == ("seed", "rollout.lag", "algo")
-    jobs = planned_jobs(["+sweep=staleness"], params)
+    plan = make_plan(["+sweep=staleness"], preset="staleness", params=sweep_params("staleness"))
+    assert plan.swept == ("seed", "rollout.lag", "algo")
+    jobs = plan.jobs
     assert len(jobs) == 36 and jobs[0].startswith("seed=0")  # seeds slowest: a stopped compare leaves whole seeds
     arms = set()
     for job in jobs[:12]:  # seed 0's arms
@@ -43,13 +43,15 @@ def test_the_launcher_counts_a_lagged_job_for_two_cores(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(launch, "memory_gib", lambda: 64.0)
     monkeypatch.setattr("os.cpu_count", lambda: 8)
-    compare = ["+sweep=compare"], sweep_params("compare")
-    assert launch.jobs_at_once(*compare) == 6
-    assert launch.jobs_at_once(["+sweep=compare", "rollout.lag=1"], compare[1]) == 4  # 8 cores, 2 workers a job
-    assert launch.jobs_at_once(["+sweep=staleness"], sweep_params("staleness")) == 4
-    assert launch.jobs_at_once(["+sweep=compare", "rollout.lag=0"], compare[1]) == 6
+    def at_once(preset: str, *more: str) -> int:
+        return launch.jobs_at_once(make_plan([f"+sweep={preset}", *more], preset=preset, params=sweep_params(preset)))
+
+    assert at_once("compare") == 6
+    assert at_once("compare", "rollout.lag=1") == 4  # 8 cores, 2 workers a job
+    assert at_once("staleness") == 4
+    assert at_once("compare", "rollout.lag=0") == 6
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert launch.jobs_at_once(["+sweep=staleness"], sweep_params("staleness")) == 1  # its two threads fill 2 cores
+    assert at_once("staleness") == 1  # its two threads fill 2 cores
 
 
 def _run(algo: str, correction: str, lag: int, seed: int, acc: float, **means: list[float]) -> Run:

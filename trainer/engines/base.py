@@ -26,6 +26,7 @@ class Capabilities:
     lora: bool = False  # samples the policy with its LoRA adapters on
     sharded_policy: bool = False  # samples a policy FSDP shards across the ranks (train.fsdp)
     tensor_parallel: bool = False  # spreads its own copy of the weights over rollout.tensor_parallel_size GPUs
+    lagged_copy: bool = False  # samples a copy of the policy handed over by version, k updates old (rollout.lag)
 
 
 class Engine(Protocol):

@@ -37,7 +37,7 @@ def capabilities(rollout) -> Capabilities:
     shards and all."""
     lean = rollout.sampler == Sampler.LEAN
     return Capabilities(logprobs=True, exact_logprobs=lean and rollout.dtype == RolloutDtype.AUTO, records_routing=lean,
-                        lora=True, sharded_policy=True)
+                        lora=True, sharded_policy=True, lagged_copy=True)
 
 
 def build(cfg, model, tokenizer, *, want_logprobs: bool) -> HFEngine:

@@ -27,6 +27,7 @@ from gspo.trainer.run.rundir import atomic_write_text, read_status
 SWEEP_RUNS = "runs"
 SWEEP_PLAN = "sweep.json"
 LAUNCH = "launch.json"
+PLAN = "plan.json"  # the experiment's registered plan (study/plan.py writes and checks it; docs/plan.md)
 SWEEP_PLAN_FIELDS = {"overrides": list, "params": dict, "stamp": str, "jobs": list}
 SWEEP_PLAN_REQUIRED = ("overrides", "stamp")
 SWEEP_JOB_FIELDS = {"run_dir": str, "overrides": str, "pid": int, "started": NUMBER, "ended": NUMBER, "outcome": str,
@@ -172,3 +173,26 @@ def sweep_notes(path: Path) -> list[str]:
             how = {"dead": "died (its process is gone; SIGKILL or a crash)", "running": "is still running"}.get(state, state)
             notes.append(f"{path}: job {job.get('overrides') or run.name} {how}: its run stops at its last logged step")
     return notes
+
+
+def read_plan(folder: Path) -> dict | None:
+    path = folder / PLAN
+    if not path.is_file():
+        return None
+    return read_record(path, {"arms": dict, "seeds": list, "stop": dict, "rounds": list}, ("arms", "seeds"),
+                       "it is the experiment's registered plan: restore it, or start another hydra.sweep.dir=")
+
+
+def write_plan(folder: Path, plan: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / PLAN, json.dumps(plan, indent=1) + "\n")
+
+
+def report_plan(paths: list[Path]) -> tuple[list[Path], tuple[str | None, ...]]:
+    """For `gspo report`: (the folders to read, a registered plan's later rounds added; (the primary score it
+    registered,)): an older gspo's sweep registered compare's default (held-out accuracy), runs named one by one
+    register nothing (empty)."""
+    if len(paths) == 1 and (plan := read_plan(paths[0])) is not None:
+        rounds = range(2, len(plan.get("rounds") or []) + 1)
+        return [paths[0], *(paths[0] / f"round-{i}" for i in rounds)], (plan.get("primary"),)
+    return paths, (None,) if any(is_sweep(p) for p in paths) else ()

@@ -32,6 +32,7 @@ import torch
 
 from gspo.algos.common import MAX_LOG_RATIO, token_log_ratio, valid_tokens
 from gspo.conf.errors import GspoError
+from gspo.trainer.engines.registry import engine_kind
 from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.step.sampling import Sampled, sample_batch
 from gspo.trainer.tasks.task_types import Item, Task
@@ -54,7 +55,7 @@ def check_lag(cfg, world) -> None:
         return
     why = ("several processes" if world.size > 1 else "train.fsdp" if cfg.train.fsdp else
            f"rollout.engine={cfg.rollout.engine} (the hf engine samples a lagged copy of the policy)"
-           if cfg.rollout.engine != "hf" else "train.compile" if cfg.train.compile else
+           if not engine_kind(cfg.rollout.engine).capabilities(cfg.rollout).lagged_copy else "train.compile" if cfg.train.compile else
            "algo.routing_replay=rollout" if cfg.algo.routing_replay == Replay.ROLLOUT else None)
     if why:
         raise GspoError(f"rollout.lag={lag} runs in one process with rollout=hf, uncompiled, unsharded, and without R3 "

@@ -37,9 +37,11 @@ def test_every_rollout_preset_names_a_registered_engine():
 
 
 @pytest.mark.parametrize("overrides, can", [
-    ((), Capabilities(logprobs=True, exact_logprobs=True, records_routing=True, lora=True, sharded_policy=True)),
-    (("rollout.sampler=generate",), Capabilities(logprobs=True, lora=True, sharded_policy=True)),
-    (("rollout.dtype=bfloat16",), Capabilities(logprobs=True, records_routing=True, lora=True, sharded_policy=True)),
+    ((), Capabilities(logprobs=True, exact_logprobs=True, records_routing=True, lora=True, sharded_policy=True,
+                      lagged_copy=True)),
+    (("rollout.sampler=generate",), Capabilities(logprobs=True, lora=True, sharded_policy=True, lagged_copy=True)),
+    (("rollout.dtype=bfloat16",), Capabilities(logprobs=True, records_routing=True, lora=True, sharded_policy=True,
+                                               lagged_copy=True)),
     (("rollout=vllm",), Capabilities(logprobs=True, tensor_parallel=True)),
 ])
 def test_capabilities_follow_the_rollout_settings(overrides, can):
