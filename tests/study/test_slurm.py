@@ -146,16 +146,24 @@ def _wait_for(what, timeout: float = 600, every: float = 0.5):
 
 def test_cancelled_and_preempted_jobs_resume_to_the_uninterrupted_runs_numbers(on_slurm, cluster, tmp_path):
     """Three sweeps of the same run side by side: one left alone, one cancelled with scancel (then the same
-    command again), one preempted (USR2: submitit checkpoints and requeues it). Each run saves every 5 steps."""
+    command again), one preempted (USR2, the signal Slurm's preemption sends submitit: it requeues the job). Each
+    run saves every 5 steps."""
     args = ["sweep", *TINY, "algo=gspo", f"seed={LEARNING_SEED}", "train.steps=80", "train.save_every=5",
             "train.eval_every=0", *QUIET, *ON_SLURM]
     command = {name: [*args, f"hydra.sweep.dir={name}", f"output_dir={tmp_path / name / 'out'}"]
                for name in ("alone", "cancelled", "preempted")}
     procs = {name: on_slurm.start(*argv, cwd=tmp_path) for name, argv in command.items()}
-    cancelled, _ = _wait_for(lambda: _logged_step(tmp_path / "cancelled", 8))
-    cluster.run("scancel", cancelled)
-    preempted, preempted_run = _wait_for(lambda: _logged_step(tmp_path / "preempted", 8))
-    cluster.run("scancel", "--signal=USR2", preempted)
+    acts = {"cancelled": ("scancel",), "preempted": ("scancel", "--signal=USR2")}
+    ids: dict[str, tuple[str, Path]] = {}
+    deadline = time.monotonic() + 600
+    while len(ids) < len(acts):  # each acted on as soon as its run has logged step 8 (a run takes ~30 s quiet)
+        assert time.monotonic() < deadline, f"timed out waiting for step 8 of {set(acts) - set(ids)}"
+        for name in set(acts) - set(ids):
+            if got := _logged_step(tmp_path / name, 8):
+                cluster.run(*acts[name], got[0])
+                ids[name] = got
+        time.sleep(0.2)
+    (cancelled, _), (preempted, preempted_run) = ids["cancelled"], ids["preempted"]
     # Slurm holds a requeued batch job ~2 minutes before it may start again; the test starts it now, as an
     # operator can (scontrol update), once submitit's requeue has put it back in the queue
     _wait_for(lambda: "PENDING" in cluster.run("squeue", "--noheader", "--format=%T", f"--jobs={preempted}").stdout or None)
