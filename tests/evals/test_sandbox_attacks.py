@@ -84,7 +84,9 @@ def test_a_program_that_trickles_output_costs_the_grader_little(backend):
     with Sandbox() as sb:
         result = sb.run(Job(code=_CHATTY, cpu_s=2.0))
     assert (result.stdout, result.limit) == ("done\n", None), result
-    assert 0 < result.server_cpu_s < 0.2, result.server_cpu_s  # 10% of the limit; 0.08 s measured, ~1.2 before
+    # 15% of the limit: 0.08 s measured at issue 46 (~1.2 before it); 0.20-0.21 s on bwrap after issue 58 (the job
+    # server's larger seccomp filter and chunked job files), at load 3 on 2 cores; the unshare backend stays under 0.2
+    assert 0 < result.server_cpu_s < 0.3, result.server_cpu_s
 
 
 def test_stderr_is_read_up_to_the_output_limit(backend):
