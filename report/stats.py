@@ -188,19 +188,44 @@ def sign_flip_p(a: list[float], b: list[float]) -> float:
     """The exact two-sided sign-flip (randomisation) p of the paired differences d_s = a_s - b_s: the share of
     the 2^n patterns of signs under which |mean d| is at least the observed one (Fisher 1935; exact whenever
     each d_s is symmetric about 0 under no difference, whatever its shape). Its floor is 2 / 2^n (0.25 at 3
-    seeds): no n-seed result goes below it. NaN below 2 pairs or above SIGN_FLIP_MAX."""
+    seeds): no n-seed result goes below it. NaN below 2 pairs; above SIGN_FLIP_MAX pairs by Monte Carlo
+    (`sign_flip_mc`: seeded, its error `sign_flip_error`), never silently none."""
     ds = np.array([x - y for x, y in zip(a, b, strict=True) if not (math.isnan(x) or math.isnan(y))])
     n = len(ds)
-    if n < 2 or n > SIGN_FLIP_MAX:
+    if n < 2:
         return math.nan
+    if n > SIGN_FLIP_MAX:
+        return sign_flip_mc(ds)
     signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1)  # [2^n, n] every pattern of +-1
     flipped = np.abs(signs @ ds)
     return float((flipped >= abs(ds.sum()) * (1 - 1e-12)).mean())
 
 
+SIGN_FLIP_DRAWS = 2**SIGN_FLIP_MAX - 1  # random sign patterns of the Monte Carlo p above SIGN_FLIP_MAX pairs
+SIGN_FLIP_SEED = 57  # their fixed seed: the same differences always get the same p
+
+
+def sign_flip_mc(ds: np.ndarray, draws: int = SIGN_FLIP_DRAWS, seed: int = SIGN_FLIP_SEED) -> float:
+    """The Monte Carlo sign-flip p of the differences `ds`: (1 + the draws of `draws` random sign patterns whose
+    |sum| reaches the observed one) / (1 + draws) (a p that is valid, not only consistent: Phipson & Smyth 2010),
+    the patterns drawn with a fixed seed. Its Monte Carlo error is `sign_flip_error`."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for i in range(0, draws, 8192):  # [block, n] patterns at a time (memory)
+        signs = rng.choice([-1.0, 1.0], size=(min(8192, draws - i), len(ds)))
+        hits += int((np.abs(signs @ ds) >= abs(ds.sum()) * (1 - 1e-12)).sum())
+    return (1 + hits) / (1 + draws)
+
+
+def sign_flip_error(n: int, p: float) -> float:
+    """The Monte Carlo standard error of a sign-flip p of n pairs: 0 where it is exact (n <= SIGN_FLIP_MAX)."""
+    return 0.0 if n <= SIGN_FLIP_MAX or math.isnan(p) else math.sqrt(p * (1 - p) / SIGN_FLIP_DRAWS)
+
+
 def sign_flip_floor(n: int) -> float:
-    """The smallest p the sign-flip test can give with n pairs: 2 / 2^n."""
-    return 2.0 / 2**n
+    """The smallest p the sign-flip test can give with n pairs: 2 / 2^n (above SIGN_FLIP_MAX pairs the Monte Carlo
+    p's, 1 / (1 + SIGN_FLIP_DRAWS), where that is larger)."""
+    return 2.0 / 2**n if n <= SIGN_FLIP_MAX else max(2.0 / 2**n, 1 / (1 + SIGN_FLIP_DRAWS))
 
 
 IQM_MIN = 5  # below 5 seeds the interquartile mean trims nothing the mean keeps (at 3 seeds it is the mean)
