@@ -216,7 +216,7 @@ class VerdictConfig:
     max_seeds: int = 12  # until=resolved: seeds per arm at most (the last round spends what alpha is left)
     round_seeds: int = 3  # until=resolved: seeds added to every arm per round
     max_minutes: float | None = None  # until=resolved: no new round starts once this much wall time has passed
-    spending: str = "obrien_fleming"  # until=resolved: alpha spending of the looks, obrien_fleming or pocock (Lan & DeMets 1983)
+    spending: str = "pocock"  # until=resolved: alpha spending of the looks, pocock or obrien_fleming (Lan & DeMets 1983); pocock, whose 6-seed look can claim (docs/verdicts.md)
     primary: str | None = None  # the page's one primary score: the verdict calls only its comparisons resolved (other scores are exploratory) and until=resolved answers it; None: eval/<task>/accuracy
 
 

@@ -100,50 +100,136 @@ def boundaries(fractions: list[float], alpha: float = 1 - LEVEL, kind: str = Spe
     return out
 
 
-T_PATHS = 400_000  # simulated paths of the t process per planning call (MC error of the total alpha ~ 0.0004)
-T_MIN_EXITS = 25  # a look whose budget is fewer paths than this takes its marginal t quantile (conservative)
-T_SEED = 45  # the planner's fixed random seed: the same looks always get the same levels
+PATHS = 200_000  # simulated A/A paths per planning call: the MC error of a look's spend is sqrt(a (1 - a) / PATHS)
+PLAN_SEED = 45  # the planner's fixed random seed: the same looks always get the same levels
+PLAN_EXACT = 12  # the planner enumerates the sign patterns up to 12 seeds; above, PLAN_DRAWS random ones
+PLAN_DRAWS = 4095
 
 
-def t_levels(seeds: list[int], max_seeds: int, alpha: float = 1 - LEVEL, kind: str = Spending.OBRIEN_FLEMING,
-             final: bool = False, paths: int = T_PATHS) -> list[float]:
-    """Each look's nominal two-sided level pi_k for the one-sample t statistics of n_1 < n_2 < ... paired
-    differences (`seeds`, cumulative per arm; df n_k - 1), calibrated to the t process itself: the crossing
-    probability of look k, still running, is alpha(t_k) - alpha(t_{k-1}) at t_k = n_k / max_seeds. The z-scale
-    boundaries with each look's t quantile (`boundaries`, Jennison & Turnbull sec. 11.2) let the t's heavier
-    joint tails through (0.053 at 3 -> 6 -> 9 measured in issue 45); here the statistics are simulated at the
-    planned seeds from normal differences (the t process does not depend on the sd), `paths` of them with a
-    fixed seed, and look k's critical value is the order statistic of the surviving paths' |T_k| that spends
-    the budget exactly. The first look is exact (T_1 is t on n_1 - 1 df); a later budget smaller than
-    T_MIN_EXITS paths takes its marginal t quantile, which can only spend less. A look whose level is below the
-    sign-flip floor 2 / 2^n (decide's exact gate: 0.25 at 3 seeds) can claim nothing: it spends nothing and
-    its budget carries to the next look. About 1 s for 4 looks on a loaded 2-core machine."""
-    rng = np.random.default_rng(T_SEED)
-    top = max(seeds)
-    x = rng.standard_normal((paths, top), dtype=np.float32)  # [paths, n_K] per-pair differences
-    s, q = np.cumsum(x, axis=1, dtype=np.float64), np.cumsum(np.square(x, dtype=np.float64), axis=1)
-    alive = np.ones(paths, dtype=bool)
-    out, done = [], 0.0
-    for k, n in enumerate(seeds):
-        target = alpha if final and k == len(seeds) - 1 else spent(n / max_seeds, alpha, kind)
-        budget, df = max(target - done, 0.0), n - 1
-        if budget <= 0:
-            out.append(0.0)
-            continue
-        tk = np.abs(s[:, n - 1] / n) / np.sqrt(np.maximum(q[:, n - 1] - s[:, n - 1] ** 2 / n, 0) / df / n)
-        exits = int(round(budget * paths))
-        if k == 0 or exits < T_MIN_EXITS or exits >= alive.sum():
-            c = float(sps.t.isf(budget / 2, df))
-        else:
-            c = float(np.partition(tk[alive], -exits)[-exits])
-        level = float(2 * sps.t.sf(c, df))
-        if sign_flip_floor(n) > level * (1 + 1e-9):
-            out.append(0.0)  # no sign pattern of n seeds reaches it (decide's exact gate): the budget carries on
-            continue
-        alive &= tk < c
-        out.append(level)
-        done += budget
+@dataclass(frozen=True)
+class Levels:
+    """Each look's nominal two-sided level (0: no claim possible at that look) for a paired comparison (the
+    rule: t and sign-flip gate together) and for an unpaired one (the t alone), with the A/A probability the
+    paired rule has spent by each look (simulated: `error` is the Monte Carlo error of the total)."""
+
+    paired: list[float]
+    unpaired: list[float]
+    spent: list[float]
+    error: float
+
+
+def _t_p(s: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+    """The two-sided one-sample t p of paths whose first n differences sum to s with squares summing to q (1: no
+    spread)."""
+    var = np.maximum(q - s**2 / n, 0) / (n - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(var > 0, np.abs(s / n) / np.sqrt(var / n), 0.0)
+    return np.where(var > 0, 2 * sps.t.sf(t, n - 1), 1.0)
+
+
+def flip_rows(d: np.ndarray, signs: np.ndarray | None = None) -> np.ndarray:
+    """The sign-flip p of each row of d [R, n]: exact over the 2^n patterns, or with `signs` [B, n] random
+    patterns the Monte Carlo p (1 + hits) / (1 + B) of stats.sign_flip_mc. In blocks of rows (memory)."""
+    n = d.shape[1]
+    exact = signs is None
+    if exact:
+        signs = (1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1)).astype(float)  # [2^n, n]
+    out = np.empty(len(d))
+    step = max(1, 2**22 // len(signs))
+    for i in range(0, len(d), step):
+        block = d[i:i + step]  # [b, n]
+        hits = (np.abs(block @ signs.T) >= np.abs(block.sum(1))[:, None] * (1 - 1e-12)).sum(1)
+        out[i:i + step] = hits / len(signs) if exact else (1 + hits) / (1 + len(signs))
     return out
+
+
+def _claim(q: np.ndarray, budget: int) -> tuple[float, int]:
+    """(the largest level pi at which at most `budget` of the combined p's `q` (a path is claimed at pi when
+    q <= pi) are claimed, how many it claims); (0, 0) when even the smallest q is shared by more (an atom of the
+    sign-flip p: the look can claim nothing without overspending)."""
+    if budget <= 0 or not len(q):
+        return 0.0, 0
+    qs = np.sort(q)
+    if budget >= len(qs):
+        return float(qs[-1]), len(qs)
+    below = int(np.searchsorted(qs, qs[budget], side="left"))  # claimed paths strictly below the first refused
+    return (float(qs[below - 1]), below) if below > 0 else (0.0, 0)
+
+
+def _gated_look(d: np.ndarray, tp: np.ndarray, alive: np.ndarray, budget: int, signs: np.ndarray | None
+                ) -> tuple[float, np.ndarray]:
+    """(level, the paths it claims) of one look of the rule as it decides: a path still running is claimed at
+    level pi when its t p and its sign-flip p (d [paths, n]) are both within pi, i.e. when q = max(t p, flip p)
+    <= pi; pi is the largest level claiming at most `budget` paths. The sign-flip p is computed only where the
+    t p is below `hi` (doubled until more than `budget` paths have q <= hi, so no path above it matters)."""
+    floor = 2.0 / 2 ** d.shape[1]
+    hi = min(1.0, 2 * budget / len(d) + 2 * floor)
+    while True:
+        cand = np.flatnonzero(alive & (tp <= hi))
+        q = np.maximum(tp[cand], flip_rows(d[cand], signs))
+        if hi >= 1 or int((q <= hi).sum()) > budget:
+            break
+        hi = min(1.0, 2 * hi)
+    level, _ = _claim(q, budget)
+    claimed = np.zeros(len(d), dtype=bool)
+    claimed[cand[q <= level]] = level > 0
+    return level, claimed
+
+
+def _targets(seeds: list[int], max_seeds: int, alpha: float, kind: str, final: bool) -> list[float]:
+    """alpha(t_k), the spending function's total by each look (the last, `final`, spends all of alpha)."""
+    return [alpha if final and k == len(seeds) - 1 else spent(n / max_seeds, alpha, kind) for k, n in enumerate(seeds)]
+
+
+def _rule_levels(x: np.ndarray, seeds: list[int], targets: list[float], gate: bool) -> tuple[list[float], list[float]]:
+    """(each look's level, the total spent by it) of the rule on the A/A paths x [paths, n_K]: `gate`, the t and
+    the sign-flip p together (paired); else the t alone (unpaired: exact, the marginal t quantile, while no look
+    has spent anything). What a look could not spend (an atom of the sign-flip p in the way) carries on."""
+    paths = len(x)
+    s, q = np.cumsum(x, axis=1), np.cumsum(np.square(x), axis=1)
+    signs = np.random.default_rng(PLAN_SEED + 1).choice([-1.0, 1.0], size=(PLAN_DRAWS, x.shape[1]))
+    alive = np.ones(paths, dtype=bool)
+    out, total, done = [], [], 0.0
+    for n, target in zip(seeds, targets, strict=True):
+        tp = _t_p(s[:, n - 1], q[:, n - 1], n)
+        budget = max(target - done, 0.0)
+        count = int(math.floor(budget * paths + 1e-9))
+        if gate:
+            level, claimed = _gated_look(x[:, :n], tp, alive, count, None if n <= PLAN_EXACT else signs[:, :n])
+            done += int(claimed.sum()) / paths
+        elif alive.all():  # nothing spent yet: the look's t is the marginal t, its level exactly the budget
+            level, claimed = budget, tp <= budget
+            done += budget
+        else:
+            level, _ = _claim(tp[alive], count)
+            claimed = alive & (tp <= level) & (level > 0)
+            done += int(claimed.sum()) / paths
+        alive &= ~claimed
+        out.append(level)
+        total.append(float(done))
+    return out, total
+
+
+def plan_levels(seeds: list[int], max_seeds: int, alpha: float = 1 - LEVEL, kind: str = Spending.POCOCK,
+                final: bool = False, paths: int = PATHS) -> Levels:
+    """The levels of looks at n_1 < n_2 < ... seeds per arm (`seeds`) of `max_seeds`, calibrated on the rule as
+    it decides: look k may spend alpha(n_k / max_seeds) less what the looks before it spent (the last, `final`,
+    all that is left), where a paired comparison is claimed when its t p and its sign-flip p are both within the
+    level. The t p and the sign-flip p are simulated together on `paths` A/A paths of normal differences (the t
+    does not depend on their sd) with a fixed seed; the unpaired t alone is exact while nothing was spent, and
+    simulated on the same paths after. A sign-flip p is discrete (2/2^n at its smallest: 0.25 at 3 seeds), so a
+    look whose smallest claim would spend more than its share claims nothing and its share carries on."""
+    x = np.random.default_rng(PLAN_SEED).standard_normal((paths, max(seeds)))
+    targets = _targets(seeds, max_seeds, alpha, kind, final)
+    paired, total = _rule_levels(x, seeds, targets, gate=True)
+    unpaired, _ = _rule_levels(x, seeds, targets, gate=False)
+    return Levels(paired, unpaired, total, math.sqrt(total[-1] * (1 - total[-1]) / paths))
+
+
+def t_levels(seeds: list[int], max_seeds: int, alpha: float = 1 - LEVEL, kind: str = Spending.POCOCK,
+             final: bool = False, paths: int = PATHS) -> list[float]:
+    """The paired comparisons' levels of `plan_levels` (the rule: t and sign-flip gate)."""
+    return plan_levels(seeds, max_seeds, alpha, kind, final, paths).paired
 
 
 def nominal(c: float) -> float:
@@ -164,10 +250,17 @@ class Decision:
     interval: Interval  # the repeated confidence interval
     resolved: bool
     equivalent: bool  # within +-effect
+    flip_p: float = math.nan  # the sign-flip p the gate read (NaN: no gate, an unpaired comparison)
+    level: float = 0.0  # the look's level it was held to
 
     @property
     def settled(self) -> bool:
         return self.resolved or self.equivalent
+
+    @property
+    def refused(self) -> bool:
+        """The repeated interval excludes zero but the sign-flip gate said no: a line must say why."""
+        return not self.resolved and self.level > 0 and excludes_zero(self.interval) and not math.isnan(self.flip_p)
 
 
 def decide(ci: Interval, level: float, effect: float, flip_p: float = math.nan) -> Decision:
@@ -180,4 +273,4 @@ def decide(ci: Interval, level: float, effect: float, flip_p: float = math.nan) 
     gate = math.isnan(flip_p) or flip_p <= level * (1 + 1e-9)
     resolved = ci.tested and excludes_zero(rci) and gate  # seeds that tied (se 0) are no test: the rounds go on
     equivalent = ci.tested and not resolved and math.isfinite(rci.low) and -effect < rci.low and rci.high < effect
-    return Decision(rci, resolved, equivalent)
+    return Decision(rci, resolved, equivalent, flip_p, level)

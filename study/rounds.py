@@ -1,7 +1,8 @@
 """The rounds of `gspo compare verdict.until=resolved`: the seeds of each round (`plan_rounds`), a look after each
 (the runs so far, each comparison of the primary metric with its repeated confidence interval at the look's
-group-sequential level: report/sequential.py, levels calibrated to the t at these seeds, resolved only where the
-exact sign-flip p is within the level too), the stopping rules, and the words the page says about the rounds.
+group-sequential level: report/sequential.py, levels calibrated on the rule as it decides, resolved only where the
+t p and the sign-flip p are both within the level; the runs read at the common step, as the page reads them), the
+stopping rules, and the words the page says about the rounds.
 
 A stopping rule is one `register_stop(StopRule(...))`: its name (sequential.json's `stop`), its words on the page,
 and when it fires: `last` before a look (this look is the design's last, so it spends what is left of alpha: a
@@ -20,10 +21,11 @@ import gspo.vocab.metrics as M
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.report.arms import group_arms, once_per_seed, pairs
+from gspo.report.comparable import at_common_step
 from gspo.report.runs import load_runs
-from gspo.report.sequential import Decision, decide, t_levels
-from gspo.report.stats import LEVEL
-from gspo.report.tables import SCORE, Difference, Headline, difference, headlines
+from gspo.report.sequential import Decision, decide, plan_levels
+from gspo.report.stats import LEVEL, SIGN_FLIP_MAX, sign_flip_error
+from gspo.report.tables import PAIRED, SCORE, Difference, Headline, difference, headlines
 from gspo.study.plan import Plan
 from gspo.vocab.choices import SPENDING_TITLES
 
@@ -70,9 +72,12 @@ register_stop(StopRule("seeds", lambda max_seeds, _: f"the seed budget ({max_see
 @dataclass(frozen=True)
 class Look:
     seeds: int  # seeds per arm so far
-    level: float  # each comparison's nominal two-sided level at this look (Bonferroni share of alpha spent)
+    level: float  # each paired comparison's nominal two-sided level at this look (the rule: t and sign-flip gate)
     diffs: list[Difference]
     decisions: list[Decision]
+    unpaired: float = 0.0  # the level of a comparison the pairing does not hold for (the t alone)
+    spent: float = 0.0  # the A/A probability the paired rule has spent by this look, per comparison (simulated)
+    error: float = 0.0  # its Monte Carlo error
 
     @property
     def settled(self) -> bool:
@@ -96,35 +101,53 @@ def look(paths: list[Path], metric: str | None, effect: float, seeds: list[int],
          kind: str, final: bool) -> Look:
     """The look after the rounds whose cumulative seeds per arm are `seeds` (this one last)."""
     runs, _ = load_runs(paths)
-    arms = group_arms(once_per_seed(runs)[0])
+    runs, _ = at_common_step(once_per_seed(runs)[0])  # the step the page compares them at
+    arms = group_arms(runs)
     head = primary(runs[0].config.get("task.name", "arith"), metric)
     diffs = [difference(head, a, b, effect) for a, b in pairs(arms)]
     alpha = (1 - LEVEL) / max(len(diffs), 1)  # Bonferroni over the comparisons of the primary metric
-    level = t_levels(seeds, max_seeds, alpha, kind, final)[-1]  # calibrated to the t statistic at these seeds
-    return Look(seeds[-1], level, diffs, [decide(d.ci, level, effect, d.flip_p) for d in diffs])
+    plan = plan_levels(seeds, max_seeds, alpha, kind, final)  # calibrated on the rule as it decides
+    paired, unpaired = plan.paired[-1], plan.unpaired[-1]
+    decisions = [decide(d.ci, paired if d.method == PAIRED else unpaired, effect, d.flip_p) for d in diffs]
+    return Look(seeds[-1], paired, diffs, decisions, unpaired, plan.spent[-1], plan.error)
+
+
+def _span(d: Difference, c: Decision) -> str:
+    """One comparison at one look: its repeated interval, and why no claim where it excludes zero (the gate)."""
+    span = f"{d.arm.label} - {d.base.label} " + (f"{c.interval.low:+.3g} to {c.interval.high:+.3g}"
+                                                 if math.isfinite(c.interval.low) and d.ci.tested else "no claim yet")
+    if d.method != PAIRED:
+        span += f" (unpaired: the t alone, level {c.level:.2g})"
+    if c.refused:
+        n = d.ci.n
+        mc = (f", Monte Carlo over {2**SIGN_FLIP_MAX - 1:,} seeded sign patterns, se {sign_flip_error(n, c.flip_p):.1g}"
+              if n > SIGN_FLIP_MAX else "")
+        span += (f" (the interval excludes zero, but the sign-flip p of its {n} seeds is {c.flip_p:.2g}{mc}, above the "
+                 f"look's level {c.level:.2g}: no claim)")
+    return span
 
 
 def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect: float) -> list[str]:
     """What the page says about the rounds: how many, why they stopped, each look's level."""
     name = SPENDING_TITLES[kind]
     why = STOPS[stop].why(max_seeds, effect)
-    m = len(looks[-1].diffs)
-    lines = [f"Seeds were added in rounds until the answer was known: {len(looks)} round(s), {looks[-1].seeds} seeds per "
+    last = looks[-1]
+    m = len(last.diffs)
+    lines = [f"Seeds were added in rounds until the answer was known: {len(looks)} round(s), {last.seeds} seeds per "
              f"arm (at most {max_seeds}); stopped because {why}. Group-sequential design: {name} alpha spending "
              f"(Lan & DeMets 1983) over information n / {max_seeds}"
              + (f", alpha split over {m} comparisons (Bonferroni)" if m > 1 else "")
-             + "; each look's level calibrated to the t statistic at its seeds, and a look resolves a comparison only "
-             "where the exact sign-flip p is within the level too (so a look of n seeds whose level is below 2/2^n "
-             "claims nothing); the verdict above reads the last look's repeated confidence interval, valid after any "
-             "number of looks."]
+             + "; each look's level calibrated on the rule as it decides (a comparison resolves where its t p and its "
+             "sign-flip p are both within the level), simulated under A/A: "
+             f"{last.spent:.4f} +- {last.error:.4f} (Monte Carlo) spent by the last look of {(1 - LEVEL) / max(m, 1):.3g}"
+             "; a look whose smallest claim would spend more than its share claims nothing, and its share carries on; "
+             "the verdict above reads the last look's repeated confidence interval with the same gate."]
     for i, lk in enumerate(looks, 1):
-        spans = [f"{d.arm.label} - {d.base.label} " + (f"{c.interval.low:+.3g} to {c.interval.high:+.3g}"
-                                                       if math.isfinite(c.interval.low) and d.ci.tested
-                                                       else "no claim yet")
-                 for d, c in zip(lk.diffs, lk.decisions, strict=True)]
         level = (f"level {lk.level:.2g} per comparison" if lk.level > 0 else
-                 f"no claim possible at this look (its level is below the sign-flip floor 2/2^{lk.seeds})")
-        lines.append(f"Round {i} ({lk.seeds} seeds per arm): {level}; " + "; ".join(spans))
+                 f"no claim possible at this look (the smallest claim at {lk.seeds} seeds would spend more than the "
+                 "look's share of alpha)")
+        lines.append(f"Round {i} ({lk.seeds} seeds per arm): {level}; "
+                     + "; ".join(_span(d, c) for d, c in zip(lk.diffs, lk.decisions, strict=True)))
     return lines
 
 

@@ -14,7 +14,7 @@ from report_runs import fake_run
 from gspo.report.heldout import Outcomes, decompose, final_outcomes, paired_bootstrap
 from gspo.report.power import equivalence, mde, power, sd_upper, seeds_for
 from gspo.report.runs import load_run
-from gspo.report.sequential import boundaries, decide, nominal, spent, t_levels
+from gspo.report.sequential import boundaries, decide, nominal, spent
 from gspo.report.stats import Interval, clip_to, holm, paired_ci, sign_flip_floor, sign_flip_p
 
 T2 = 4.302653  # t(0.975, 2)
@@ -158,18 +158,6 @@ def test_seeds_are_planned_at_the_sds_upper_confidence_bound():
     assert sd_upper(paired) == pytest.approx(math.sqrt(2 / (-2 * math.log(0.8))), abs=1e-6)
     wider = Interval(0.0, -1, 1, 3, se=sd_upper(paired) / math.sqrt(3), df=2)
     assert seeds_for(0.5, paired, paired=True) == seeds_for(0.5, wider, paired=True, upper=None) > 34 * 4
-
-
-def test_t_calibrated_levels():
-    """The first look is exact (T_1 is t on n_1 - 1 df: its level is the spent alpha itself); a look whose level
-    is below the sign-flip floor 2/2^n spends nothing and carries its budget; the last look of a design spends
-    what is left, and the same looks give the same levels (a fixed seed)."""
-    pocock = t_levels([3, 6, 9, 12], 12, kind="pocock", final=True)
-    assert pocock[0] == 0.0 and pocock[1] > sign_flip_floor(6) and pocock == t_levels([3, 6, 9, 12], 12, kind="pocock",
-                                                                                          final=True)
-    assert t_levels([9], 12, kind="pocock") == pytest.approx([spent(0.75, kind="pocock")])  # exact at one look
-    assert t_levels([3, 6, 9], 9, final=True)[:2] == [0.0, 0.0]  # O'Brien-Fleming: nothing claimable before 9
-    assert t_levels([3, 6, 9], 9, final=True)[2] == pytest.approx(0.05, abs=0.002)  # the whole alpha at 9
 
 
 def test_a_look_resolves_only_where_the_sign_flip_p_is_within_its_level():

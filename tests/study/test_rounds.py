@@ -24,9 +24,11 @@ def test_rounds_add_seeds_up_to_the_budget():
 
 
 def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):
-    """A clear difference (every seed's GSPO above its GRPO): at 3 seeds no look can claim it (the sign-flip floor
-    2/2^3 = 0.25 is above any level); at 6 of 12 seeds O'Brien-Fleming's level (0.0057) is below 2/2^6 = 0.031,
-    so it carries its alpha on, while Pocock's (0.0315) reaches it and resolves."""
+    """A clear difference (every seed's GSPO above its GRPO): at 3 seeds no look can claim it (the smallest claim,
+    every sign alike with the t p within 2/2^3 = 0.25, spends about 0.22 under A/A, more than any look's share); at
+    6 of 12 seeds O'Brien-Fleming's share (0.0056) is below what the smallest 6-seed claim spends (about 0.021), so
+    it carries its alpha on, while Pocock's (0.031) covers it: its level is the largest the rule can take before the
+    sign-flip p's next value 4/64 (0.0624: every sign alike and a t p within it), and the look resolves."""
     runs = {s: [fake_run(tmp_path / "runs", "grpo", s, level=0.5), fake_run(tmp_path / "runs", "gspo", s, level=0.9)]
             for s in range(6)}
     first = [p for s in range(3) for p in runs[s]]
@@ -36,20 +38,21 @@ def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):
     assert look(first, None, 0.02, [3], 12, "pocock", final=False).level == 0.0
     assert not look(every, None, 0.02, [3, 6], 12, "obrien_fleming", final=False).settled
     two = look(every, None, 0.02, [3, 6], 12, "pocock", final=False)
-    assert two.level == pytest.approx(0.0315, abs=5e-4) and two.diffs[0].flip_p == pytest.approx(2 / 64)
+    assert 0.062 < two.level < 4 / 64 and two.diffs[0].flip_p == pytest.approx(2 / 64)
+    assert two.spent == pytest.approx(0.0288, abs=4 * two.error) and two.error == pytest.approx(0.0004, abs=1e-4)
     assert two.settled and two.decisions[0].resolved and two.decisions[0].interval.low > 0
     lines = round_lines([one, two], "settled", 12, "pocock", 0.02)
     assert lines[0].startswith("Seeds were added in rounds until the answer was known: 2 round(s), 6 seeds per arm "
                                "(at most 12); stopped because every comparison was resolved or shown equivalent within "
                                "+-0.02. Group-sequential design: Pocock-type alpha spending (Lan & DeMets 1983)")
-    assert lines[1].startswith("Round 1 (3 seeds per arm): no claim possible at this look (its level is below the "
-                               "sign-flip floor 2/2^3); GSPO - GRPO no claim yet")
-    assert lines[2].startswith("Round 2 (6 seeds per arm): level 0.031 per comparison; GSPO - GRPO +")
+    assert lines[1].startswith("Round 1 (3 seeds per arm): no claim possible at this look (the smallest claim at 3 "
+                               "seeds would spend more than the look's share of alpha); GSPO - GRPO no claim yet")
+    assert lines[2].startswith("Round 2 (6 seeds per arm): level 0.062 per comparison; GSPO - GRPO +")
     report = write_report(every, tmp_path / "out", wandb="disabled", rounds=lines,
                           sequential={"eval/arith/accuracy": two.level})
     head = report.verdict[0]
     assert head.startswith("held-out accuracy [primary]: GSPO - GRPO = +")
-    assert "paired t, 6 seeds: group-sequential repeated 0.969 CI of the last look" in head
+    assert "paired t, 6 seeds: group-sequential repeated 0.938 CI of the last look" in head
     assert f"{two.decisions[0].interval.low:+.3g} to" in head and head.endswith("resolved (GSPO higher)")
     assert lines[0] in report.verdict
 
