@@ -122,8 +122,8 @@ def _span(d: Difference, c: Decision) -> str:
         n = d.ci.n
         mc = (f", Monte Carlo over {2**SIGN_FLIP_MAX - 1:,} seeded sign patterns, se {sign_flip_error(n, c.flip_p):.1g}"
               if n > SIGN_FLIP_MAX else "")
-        span += (f" (the interval excludes zero, but the sign-flip p of its {n} seeds is {c.flip_p:.2g}{mc}, above the "
-                 f"look's level {c.level:.2g}: no claim)")
+        span += (f" (the interval excludes zero, but the sign-flip p of its {n} seeds is {c.flip_p:.3g}{mc}, above the "
+                 f"look's level {c.level:.3g}: no claim)")
     return span
 
 

@@ -4,6 +4,8 @@ spending claims it at the first), and the page's words on the rounds and the rep
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from report_runs import fake_run
 
@@ -82,3 +84,34 @@ def test_a_last_look_below_the_sign_flip_floor_claims_nothing_in_words(tmp_path)
     head = write_report(runs, tmp_path / "out", wandb="disabled", sequential={"eval/arith/accuracy": last.level}).verdict[0]
     assert "no claim possible at the last look (its group-sequential level is below the sign-flip floor 2/2^3)" in head
     assert "no claim (not resolved)" in head and "inf" not in head and "None" not in head
+
+
+def _seeds(root, gspo_levels: dict[int, float]):
+    return [p for s, lvl in gspo_levels.items() for p in (fake_run(root, "grpo", s, level=0.5),
+                                                         fake_run(root, "gspo", s, level=lvl))]
+
+
+def test_a_round_line_says_why_an_interval_that_excludes_zero_is_no_claim(tmp_path):
+    """Issue 57 D7: GSPO higher on five seeds (+0.4) and lower on one (-0.2): the t p (about 0.03) is within the
+    6-seed Pocock level (0.0624), so the repeated interval excludes zero, but the sign-flip p is 4/64 = 0.0625 (the
+    observed pattern and every sign alike, with their negations), above it: the gate refuses, and the line says so."""
+    runs = _seeds(tmp_path / "runs", {0: 0.9, 1: 0.9, 2: 0.9, 3: 0.9, 4: 0.9, 5: 0.3})
+    two = look(runs, None, 0.02, [3, 6], 12, "pocock", final=False)
+    c = two.decisions[0]
+    assert c.interval.low > 0 and c.flip_p == pytest.approx(4 / 64) and not c.resolved and c.refused
+    line = round_lines([two], "seeds", 12, "pocock", 0.02)[1]
+    assert line.endswith(f"(the interval excludes zero, but the sign-flip p of its 6 seeds is 0.0625, above the look's "
+                         f"level {two.level:.3g}: no claim)")
+
+
+def test_a_look_reads_the_runs_at_their_common_step_as_the_page_does(tmp_path):
+    """One GRPO run still going at step 8 of 12: the page compares every run at step 8, and so does the look (before:
+    the look read the other runs' step-12 evals against its step-8 one). At step 8 GSPO's accuracy is about 0.7, at
+    step 12 about 0.9."""
+    runs = _seeds(tmp_path / "runs", {s: 0.9 for s in range(6)})
+    going = runs[-2]
+    rows = [r for r in (going / "metrics.jsonl").read_text().splitlines() if json.loads(r)["step"] <= 8]
+    (going / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    (going / "run.json").write_text(json.dumps({"run_id": going.name, "status": "running", "step": 8}))
+    lk = look(runs, None, 0.02, [3, 6], 12, "pocock", final=False)
+    assert all(v < 0.8 for v in lk.diffs[0].values[0]) and len(lk.diffs[0].values[0]) == 6
