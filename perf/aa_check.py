@@ -173,7 +173,7 @@ def sequential_rate(d: np.ndarray, seeds: list[int], levels: list[float], gate: 
 def sequential_checks(rng: np.random.Generator, reps: int) -> list[tuple[str, float, float]]:
     """A/A false-positive rates of the rounds, normal and collapse-like outcomes, 3 -> 6 -> 9 and 3 -> 6 -> 9 -> 12,
     both spendings: the z boundaries with t quantiles (before) and the t-calibrated levels with the sign-flip
-    gate (after: report.sequential.t_levels and decide)."""
+    gate (after: report.sequential.t_levels, calibrated on the rule as it decides, and decide)."""
     rows = []
     for seeds in ([3, 6, 9], [3, 6, 9, 12]):
         top = seeds[-1]
@@ -184,7 +184,7 @@ def sequential_checks(rng: np.random.Generator, reps: int) -> list[tuple[str, fl
             path = "->".join(map(str, seeds))
             for name, d in (("normal", normal), ("collapse-like", collapse)):
                 rows.append((f"rounds {path}, {kind}, {name}: before (z levels)", sequential_rate(d, seeds, z, False), 0.05))
-                rows.append((f"rounds {path}, {kind}, {name}: after (t levels + sign-flip)",
+                rows.append((f"rounds {path}, {kind}, {name}: after (levels calibrated on the rule: t + sign-flip)",
                              sequential_rate(d, seeds, t, True), 0.05))
     return rows
 

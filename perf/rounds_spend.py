@@ -22,7 +22,7 @@ import time
 import numpy as np
 from scipy import stats as sps
 
-from gspo.report.sequential import _t_p, flip_rows, plan_levels
+from gspo.report.sequential import flip_rows, paths_t_p, plan_levels
 from gspo.vocab.choices import Spending
 
 DESIGNS = [([3, 6, 9], Spending.POCOCK), ([3, 6, 9], Spending.OBRIEN_FLEMING),
@@ -41,7 +41,7 @@ def rounds(x: np.ndarray, seeds: list[int], levels: list[float], gate: bool = Tr
     for n, level in zip(seeds, levels, strict=True):
         if level <= 0:
             continue
-        tp = _t_p(s[:, n - 1], q[:, n - 1], n)
+        tp = paths_t_p(s[:, n - 1], q[:, n - 1], n)
         cand = np.flatnonzero(alive & (tp <= level))
         if gate:
             cand = cand[flip_rows(x[cand, :n]) <= level * (1 + 1e-9)]

@@ -5,9 +5,10 @@ inflates the false-positive rate far above 5% (Armitage, McPherson & Rowe 1969).
 keeps it at alpha by spending alpha over the looks (Lan & DeMets, "Discrete sequential boundaries for clinical
 trials", Biometrika 1983): at information fraction t = n / n_max (n pairs of seeds of n_max at most) the total
 false-positive probability spent so far is alpha(t), with
-- O'Brien-Fleming-type spending (the default): alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)): almost nothing
+- O'Brien-Fleming-type spending: alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)): almost nothing
   early, nearly the whole alpha at the last look, so the final test is hardly penalised;
-- Pocock-type spending: alpha(t) = alpha ln(1 + (e - 1) t): more early, a stricter last look.
+- Pocock-type spending (the default, verdict.spending): alpha(t) = alpha ln(1 + (e - 1) t): more early, a
+  stricter last look; with 3-seed rounds its 6-seed look can claim, O'Brien-Fleming's cannot.
 The critical value c_k of look k solves P(|Z_1| < c_1, ..., |Z_{k-1}| < c_{k-1}, |Z_k| >= c_k) = alpha(t_k) -
 alpha(t_{k-1}) for the standardised statistics Z_k of a Brownian motion observed at t_1 < t_2 < ... (corr(Z_j,
 Z_k) = sqrt(t_j / t_k)); computed by recursive numerical integration of the continuation density (Armitage,
@@ -16,16 +17,24 @@ anywhere (a round cut short), since only the spent alpha is fixed. The last look
 further round will start) spends what is left.
 
 Few seeds: the variance is estimated, and the t statistics of the looks are not the z's (their joint tails are
-heavier): keeping each z look's nominal level with the t quantile of its degrees of freedom (Jennison &
-Turnbull 2000, sec. 11.2) spends about 0.053 instead of 0.05 at 3 -> 6 -> 9 seeds. The looks' levels come from
-`t_levels` instead: the t process at the planned seeds simulated with a fixed seed, each look's critical
-value spending exactly its share of alpha. The repeated confidence interval of look k, mean +- t_{1 - pi_k / 2, df} se, covers the true
-difference at every look at once with probability about 1 - alpha (Jennison & Turnbull 1989), so a verdict
-read from it stays valid however many rounds ran. With m comparisons of the primary metric each gets alpha / m
-(Bonferroni: a sequential Holm has no simple form). A round stops a comparison when its repeated interval
-excludes zero (resolved) or lies within +-effect (equivalent: a futility stop, which can only lower the
-false-positive rate). The A/A check (tests/report/test_aa.py, docs/verdicts.md) measures the rate under
-repeated looks.
+heavier: the z looks' levels with t quantiles, Jennison & Turnbull 2000 sec. 11.2, spend about 0.053 at 3 -> 6 ->
+9 seeds); and a look resolves a paired comparison only where the exact sign-flip p of its per-seed differences is
+within the look's level too (without that gate a collapse-like A/A, d in {-0.6, 0, +0.6}, passes 8%: issue 45).
+The sign-flip p is discrete (2/2^n at its smallest), so levels calibrated on the t alone under-spend (0.027-0.046 of
+0.05, issue 57). `plan_levels` calibrates each look's level pi_k on the rule as it decides: a paired comparison is
+claimed at pi when max(t p, sign-flip p) <= pi, and pi_k is the largest level whose claims, among A/A paths still
+running, spend at most alpha(t_k) less what the looks before spent (the last look: all that is left). The t p and
+the sign-flip p are simulated together on 200,000 A/A paths of normal differences with a fixed seed (a Monte
+Carlo error of about 0.0005 on a design's total, stated on the page). A look whose smallest claim would spend more
+than its share (at 3 seeds about 0.22: every sign alike) claims nothing and its share carries on; a look's level
+can stop just below an atom of the sign-flip p (0.0624 at 6 seeds, below 4/64), so a level can exceed alpha's
+share while the rule spends within it. An unpaired comparison (no gate) takes the t alone's levels: exactly the
+share while nothing was spent (the marginal t), simulated on the same paths after. The repeated confidence
+interval of look k, mean +- t_{1 - pi_k / 2, df} se, is the t part of the rule: a verdict reads it with the gate.
+With m comparisons of the primary metric each gets alpha / m (Bonferroni: a sequential Holm has no simple form).
+A round stops a comparison when it resolves or its repeated interval lies within +-effect (equivalent: a futility
+stop, which can only lower the false-positive rate). perf/rounds_spend.py measures each design's A/A spend and
+power; tests/report/test_sequential.py repeats the spend with fewer repetitions.
 """
 
 from __future__ import annotations
@@ -118,7 +127,7 @@ class Levels:
     error: float
 
 
-def _t_p(s: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
+def paths_t_p(s: np.ndarray, q: np.ndarray, n: int) -> np.ndarray:
     """The two-sided one-sample t p of paths whose first n differences sum to s with squares summing to q (1: no
     spread)."""
     var = np.maximum(q - s**2 / n, 0) / (n - 1)
@@ -143,7 +152,7 @@ def flip_rows(d: np.ndarray, signs: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-def _claim(q: np.ndarray, budget: int) -> tuple[float, int]:
+def claim_level(q: np.ndarray, budget: int) -> tuple[float, int]:
     """(the largest level pi at which at most `budget` of the combined p's `q` (a path is claimed at pi when
     q <= pi) are claimed, how many it claims); (0, 0) when even the smallest q is shared by more (an atom of the
     sign-flip p: the look can claim nothing without overspending)."""
@@ -162,7 +171,7 @@ def _gated_look(d: np.ndarray, tp: np.ndarray, alive: np.ndarray, budget: int, s
     level pi when its t p and its sign-flip p (d [paths, n]) are both within pi, i.e. when q = max(t p, flip p)
     <= pi; pi is the largest level claiming at most `budget` paths. The sign-flip p is computed only where the
     t p is below `hi` (doubled until more than `budget` paths have q <= hi, so no path above it matters)."""
-    floor = 2.0 / 2 ** d.shape[1]
+    floor = sign_flip_floor(d.shape[1])
     hi = min(1.0, 2 * budget / len(d) + 2 * floor)
     while True:
         cand = np.flatnonzero(alive & (tp <= hi))
@@ -170,7 +179,7 @@ def _gated_look(d: np.ndarray, tp: np.ndarray, alive: np.ndarray, budget: int, s
         if hi >= 1 or int((q <= hi).sum()) > budget:
             break
         hi = min(1.0, 2 * hi)
-    level, _ = _claim(q, budget)
+    level, _ = claim_level(q, budget)
     claimed = np.zeros(len(d), dtype=bool)
     claimed[cand[q <= level]] = level > 0
     return level, claimed
@@ -191,7 +200,7 @@ def _rule_levels(x: np.ndarray, seeds: list[int], targets: list[float], gate: bo
     alive = np.ones(paths, dtype=bool)
     out, total, done = [], [], 0.0
     for n, target in zip(seeds, targets, strict=True):
-        tp = _t_p(s[:, n - 1], q[:, n - 1], n)
+        tp = paths_t_p(s[:, n - 1], q[:, n - 1], n)
         budget = max(target - done, 0.0)
         count = int(math.floor(budget * paths + 1e-9))
         if gate:
@@ -201,7 +210,7 @@ def _rule_levels(x: np.ndarray, seeds: list[int], targets: list[float], gate: bo
             level, claimed = budget, tp <= budget
             done += budget
         else:
-            level, _ = _claim(tp[alive], count)
+            level, _ = claim_level(tp[alive], count)
             claimed = alive & (tp <= level) & (level > 0)
             done += int(claimed.sum()) / paths
         alive &= ~claimed

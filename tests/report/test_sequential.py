@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gspo.report.sequential import _claim, decide, flip_rows, plan_levels, spent
+from gspo.report.sequential import claim_level, decide, flip_rows, plan_levels, spent
 from gspo.report.stats import Interval, sign_flip_error, sign_flip_floor, sign_flip_p
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,10 +31,10 @@ def test_a_level_claims_the_most_paths_within_its_budget_and_never_splits_an_ato
     """q = max(t p, sign-flip p) of five paths; a budget of 3 paths cannot take the tied pair at 0.03 (that would
     claim 4): the level is 0.02, claiming 2. A budget below the smallest atom claims nothing (level 0)."""
     q = np.array([0.05, 0.03, 0.01, 0.03, 0.02])
-    assert _claim(q, 3) == (0.02, 2)
-    assert _claim(q, 4) == (0.03, 4)
-    assert _claim(q, 0) == (0.0, 0)
-    assert _claim(np.full(5, 0.25), 2) == (0.0, 0)
+    assert claim_level(q, 3) == (0.02, 2)
+    assert claim_level(q, 4) == (0.03, 4)
+    assert claim_level(q, 0) == (0.0, 0)
+    assert claim_level(np.full(5, 0.25), 2) == (0.0, 0)
 
 
 def test_the_unpaired_t_alone_is_exact_while_nothing_was_spent():

@@ -15,6 +15,7 @@ import pytest
 from compare_stand_ins import compare_with, stand_ins_fixture  # noqa: F401 (the stand_ins fixture)
 
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import VerdictConfig
 from gspo.study import until
 
 
@@ -96,7 +97,7 @@ def test_a_record_from_before_verdict_primary_resumes_and_a_changed_primary_is_r
     plan, record = json.loads(registered.read_text()), json.loads(path.read_text())
     registered.unlink()  # an older gspo's experiment: its design in sequential.json, no plan.json
     record["design"] = {"arms": list(plan["arms"]), "config": plan["arms"], "rounds": [[0, 1], [2, 3]],
-                        "verdict.max_seeds": 4, "verdict.round_seeds": 2, "verdict.spending": "obrien_fleming",
+                        "verdict.max_seeds": 4, "verdict.round_seeds": 2, "verdict.spending": VerdictConfig().spending,
                         "verdict.effect": 0.02, "verdict.metric": None}
     path.write_text(json.dumps(record))
     with pytest.raises(GspoError, match=r'verdict.primary=null -> "reward/mean"'):
