@@ -54,7 +54,7 @@ def test_one_primary_score_keeps_the_page_at_five_percent_where_three_scores_do_
 
 
 def test_rounds_keep_five_percent_for_normal_and_collapse_like_outcomes(aa):
-    """3 -> 6 -> 9 seeds, O'Brien-Fleming-type and Pocock-type: the t-calibrated levels with the sign-flip gate
+    """3 -> 6 -> 9 seeds, O'Brien-Fleming-type and Pocock-type: the levels calibrated on the rule with its sign-flip gate
     stay at or below 5% (4 standard errors at 20,000: 0.006); the z levels they replaced let a collapse-like A/A
     (d is -0.62, 0 or +0.62) through about 8% of the time, which shows the check can fail."""
     rng = np.random.default_rng(6)
