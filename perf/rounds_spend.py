@@ -23,10 +23,19 @@ import numpy as np
 from scipy import stats as sps
 
 from gspo.report.sequential import flip_rows, paths_t_p, plan_levels
+from gspo.report.stats import SIGN_FLIP_DRAWS, SIGN_FLIP_MAX, SIGN_FLIP_SEED
 from gspo.vocab.choices import Spending
 
 DESIGNS = [([3, 6, 9], Spending.POCOCK), ([3, 6, 9], Spending.OBRIEN_FLEMING),
            ([3, 6, 9, 12], Spending.POCOCK), ([3, 6, 9, 12], Spending.OBRIEN_FLEMING)]
+BEYOND = [3, 6, 9, 12, 15, 18, 21]  # --beyond: a design past 16 seeds, where the sign-flip p is Monte Carlo
+
+
+def mc_signs(n: int) -> np.ndarray:
+    """The sign patterns stats.sign_flip_mc draws for n differences [SIGN_FLIP_DRAWS, n] (its seed, its blocks)."""
+    rng = np.random.default_rng(SIGN_FLIP_SEED)
+    return np.concatenate([rng.choice([-1.0, 1.0], size=(min(8192, SIGN_FLIP_DRAWS - i), n))
+                           for i in range(0, SIGN_FLIP_DRAWS, 8192)])
 
 
 def rounds(x: np.ndarray, seeds: list[int], levels: list[float], gate: bool = True,
@@ -44,7 +53,7 @@ def rounds(x: np.ndarray, seeds: list[int], levels: list[float], gate: bool = Tr
         tp = paths_t_p(s[:, n - 1], q[:, n - 1], n)
         cand = np.flatnonzero(alive & (tp <= level))
         if gate:
-            cand = cand[flip_rows(x[cand, :n]) <= level * (1 + 1e-9)]
+            cand = cand[flip_rows(x[cand, :n], mc_signs(n) if n > SIGN_FLIP_MAX else None) <= level * (1 + 1e-9)]
         claimed = np.zeros(reps, dtype=bool)
         claimed[cand] = True
         stop = claimed
@@ -86,7 +95,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=100_000)
     ap.add_argument("--effect", type=float, default=1.0, help="the effect d in sds of a seed's paired difference")
     ap.add_argument("--seed", type=int, default=2057)
+    ap.add_argument("--beyond", action="store_true", help=f"only the A/A spend of {'->'.join(map(str, BEYOND))} "
+                    "(Monte Carlo sign-flip p above 16 seeds), both spendings")
     args = ap.parse_args()
+    if args.beyond:
+        return beyond(args.reps, np.random.default_rng(args.seed))
     rng, start = np.random.default_rng(args.seed), time.time()
     se = math.sqrt(0.05 * 0.95 / args.reps)
     print(f"{args.reps} repetitions each (binomial se {se:.4f} at 0.05); effect d = {args.effect:g} sd")
@@ -98,6 +111,19 @@ def main() -> None:
         levels = ", ".join(f"{v:.4f}" if v > 0 else "0" for v in r["levels"])
         print(f"| {r['design']} | {levels} | {r['aa']:.4f} | {r['collapse']:.4f} | {r['unpaired']:.4f} | "
               f"{r['power']:.3f} | {r['seeds']:.2f} | {seeds[-1]} seeds: {r['fixed']:.3f} |", flush=True)
+    print(f"{time.time() - start:.0f} s wall, {time.process_time():.0f} s CPU")
+
+
+def beyond(reps: int, rng: np.random.Generator) -> None:
+    """The A/A spend of a design past the sign-flip p's exact range (normal and collapse-like differences)."""
+    start = time.time()
+    for kind in (Spending.POCOCK, Spending.OBRIEN_FLEMING):
+        plan = plan_levels(BEYOND, BEYOND[-1], kind=kind, final=True)
+        aa, _ = rounds(rng.standard_normal((reps, BEYOND[-1])), BEYOND, plan.paired)
+        collapse, _ = rounds(collapse_like(rng, reps, BEYOND[-1]), BEYOND, plan.paired)
+        print(f"{kind} {'->'.join(map(str, BEYOND))}: levels {', '.join(f'{v:.4f}' for v in plan.paired)}; A/A normal "
+              f"{aa:.4f}, collapse-like {collapse:.4f} ({reps} repetitions, se {math.sqrt(0.05 * 0.95 / reps):.4f})",
+              flush=True)
     print(f"{time.time() - start:.0f} s wall, {time.process_time():.0f} s CPU")
 
 

@@ -64,10 +64,13 @@ def test_paired_levels_follow_the_sign_flip_atoms():
     assert pocock == plan_levels([3, 6, 9, 12], 12, kind="pocock", final=True)  # a fixed seed: same looks, same levels
 
 
-def test_the_planner_s_sign_flip_p_is_stats_own():
+def test_the_planner_s_sign_flip_p_is_stats_own(perf):
+    """Exact at 7 seeds; at 20 the simulation's Monte Carlo patterns are the ones stats.sign_flip_mc draws."""
     rng = np.random.default_rng(3)
     d = rng.normal(0.5, 1, (20, 7))
     assert flip_rows(d) == pytest.approx([sign_flip_p(list(r), [0.0] * 7) for r in d], abs=1e-12)
+    d = rng.normal(0.4, 1, (3, 20))
+    assert flip_rows(d, perf.mc_signs(20)) == pytest.approx([sign_flip_p(list(r), [0.0] * 20) for r in d], abs=1e-12)
 
 
 def test_above_sixteen_seeds_the_sign_flip_p_is_monte_carlo_not_off():
