@@ -117,7 +117,7 @@ def _span(d: Difference, c: Decision) -> str:
     span = f"{d.arm.label} - {d.base.label} " + (f"{c.interval.low:+.3g} to {c.interval.high:+.3g}"
                                                  if math.isfinite(c.interval.low) and d.ci.tested else "no claim yet")
     if d.method != PAIRED:
-        span += f" (unpaired: the t alone, level {c.level:.2g})"
+        span += f" (unpaired: the t alone, level {c.level:.3g})"
     if c.refused:
         n = d.ci.n
         mc = (f", Monte Carlo over {2**SIGN_FLIP_MAX - 1:,} seeded sign patterns, se {sign_flip_error(n, c.flip_p):.1g}"
@@ -138,12 +138,12 @@ def round_lines(looks: list[Look], stop: str, max_seeds: int, kind: str, effect:
              f"(Lan & DeMets 1983) over information n / {max_seeds}"
              + (f", alpha split over {m} comparisons (Bonferroni)" if m > 1 else "")
              + "; each look's level calibrated on the rule as it decides (a comparison resolves where its t p and its "
-             "sign-flip p are both within the level), simulated under A/A: "
-             f"{last.spent:.4f} +- {last.error:.4f} (Monte Carlo) spent by the last look of {(1 - LEVEL) / max(m, 1):.3g}"
+             "sign-flip p are both within the level), simulated under A/A: the false-positive probability spent by "
+             f"the last look {last.spent:.4f} +- {last.error:.4f} (Monte Carlo) of {(1 - LEVEL) / max(m, 1):.3g}"
              "; a look whose smallest claim would spend more than its share claims nothing, and its share carries on; "
              "the verdict above reads the last look's repeated confidence interval with the same gate."]
     for i, lk in enumerate(looks, 1):
-        level = (f"level {lk.level:.2g} per comparison" if lk.level > 0 else
+        level = (f"level {lk.level:.3g} per comparison" if lk.level > 0 else
                  f"no claim possible at this look (the smallest claim at {lk.seeds} seeds would spend more than the "
                  "look's share of alpha)")
         lines.append(f"Round {i} ({lk.seeds} seeds per arm): {level}; "

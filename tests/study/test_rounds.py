@@ -47,9 +47,10 @@ def test_looks_spend_alpha_and_the_page_says_why_the_rounds_stopped(tmp_path):
     assert lines[0].startswith("Seeds were added in rounds until the answer was known: 2 round(s), 6 seeds per arm "
                                "(at most 12); stopped because every comparison was resolved or shown equivalent within "
                                "+-0.02. Group-sequential design: Pocock-type alpha spending (Lan & DeMets 1983)")
+    assert f"spent by the last look {two.spent:.4f} +- 0.0004 (Monte Carlo) of 0.05" in lines[0]
     assert lines[1].startswith("Round 1 (3 seeds per arm): no claim possible at this look (the smallest claim at 3 "
                                "seeds would spend more than the look's share of alpha); GSPO - GRPO no claim yet")
-    assert lines[2].startswith("Round 2 (6 seeds per arm): level 0.062 per comparison; GSPO - GRPO +")
+    assert lines[2].startswith("Round 2 (6 seeds per arm): level 0.0624 per comparison; GSPO - GRPO +")
     report = write_report(every, tmp_path / "out", wandb="disabled", rounds=lines,
                           sequential={"eval/arith/accuracy": two.level})
     head = report.verdict[0]
