@@ -293,8 +293,7 @@ class LossInputs:
                reduce_tokens: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """`finish` with these inputs: the optional KL term added, the metrics detached."""
         loss, metrics = finish(policy_loss, metrics, reduce_tokens, logp=self.logp, ref_logp=self.ref_logp,
-                               mask=self.mask, kl_beta=self.kl_beta,
-                               old_logp=self.old_logp if self.kl_unbiased else None)
+                               mask=self.mask, kl_beta=self.kl_beta, old_logp=self.old_logp if self.kl_unbiased else None)
         if self.entropy_coef:
             # loss = -J + beta KL - c H: the bonus rewards a spread sampling distribution (verl's entropy_coeff);
             # padding's entropy, whatever it holds, never enters (the reduction selects valid tokens)

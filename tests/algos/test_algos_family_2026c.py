@@ -2,7 +2,7 @@
 the implementation's helpers): prime-rl's default loss (DPPO's sign-free IPO mask and its squared-log-ratio term to
 the sampler), verl's DRO, IcePop at the sampler, verl's seq-mean-token-sum aggregation and the entropy bonus."""
 
-from math import exp, log
+from math import log
 
 import pytest
 import torch
@@ -81,11 +81,11 @@ def test_dro_value_and_gradient_by_hand():
     loss.backward()
     v = logp.detach()
     rows = [(0, 0, 1.0, 0.2), (0, 1, 1.0, -0.1), (1, 0, -0.5, 0.4)]
-    j = sum(a * v[i, t].item() - 0.05 * l * l for i, t, a, l in rows) / 3
+    j = sum(a * v[i, t].item() - 0.05 * d * d for i, t, a, d in rows) / 3
     assert loss.item() == pytest.approx(-j, abs=1e-12)
     want = torch.zeros_like(v)
-    for i, t, a, l in rows:
-        want[i, t] = -(a - 0.1 * l) / 3
+    for i, t, a, d in rows:
+        want[i, t] = -(a - 0.1 * d) / 3
     torch.testing.assert_close(logp.grad, want, atol=1e-12, rtol=0)
     # ratios e^0.2, e^-0.1, e^0.4: only e^0.4 = 1.49 leaves the reported band [0.8, 1.28]; nothing is clipped
     assert m["clip/ratio_out_of_band_frac"].item() == pytest.approx(1 / 3, abs=1e-15)

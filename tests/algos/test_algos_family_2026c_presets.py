@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gspo.conf import compose_config
-from gspo.conf.errors import GspoError
 from gspo.conf.compose import validate_config
+from gspo.conf.errors import GspoError
 from gspo.trainer.step.advantages import check_algorithm
 from gspo.trainer.step.explain import estimator_card
 from gspo.trainer.tasks.registry import build_task
