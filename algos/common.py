@@ -115,6 +115,9 @@ def aggregate(
             raise ValueError(f"{Aggregation.SEQ_MEAN_TOKEN_SUM_NORM} with seq_denominator needs an explicit max_len")
         # 1/max_len * sum_t v_it, a constant normaliser (Dr. GRPO), default the padded width T
         per_seq = masked_sum(values, mask, dim=-1) / (values.shape[-1] if max_len is None else max_len)
+    elif aggregation == Aggregation.SEQ_MEAN_TOKEN_SUM:
+        # sum_t v_it, no normaliser (verl's loss_agg_mode=seq-mean-token-sum): a long sequence weighs more
+        per_seq = masked_sum(values, mask, dim=-1)
     else:
         raise ValueError(f"unknown aggregation {aggregation!r}; known: {', '.join(AGGREGATIONS)}")
     return seq_mean(per_seq, seq_denominator=seq_denominator)
@@ -261,6 +264,8 @@ class LossInputs:
     max_len: float | None = None
     sampler_logp: Tensor | None = None
     kl_unbiased: bool = False  # the KL term's k3 weighted by r_it = pi / pi_old (DeepSeek-V3.2's unbiased estimate)
+    entropy: Tensor | None = None  # H_it [N, T], the policy's (sampling distribution's) entropy, differentiable
+    entropy_coef: float = 0.0  # the entropy bonus's weight: the loss less entropy_coef x H reduced like J
 
     def log_ratio(self) -> Tensor:
         """l_it = logp_it - old_logp_it [N, T], 0 on padding."""
@@ -287,8 +292,13 @@ class LossInputs:
     def finish(self, policy_loss: Tensor, metrics: dict[str, Tensor],
                reduce_tokens: Callable[[Tensor], Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """`finish` with these inputs: the optional KL term added, the metrics detached."""
-        return finish(policy_loss, metrics, reduce_tokens, logp=self.logp, ref_logp=self.ref_logp, mask=self.mask,
-                      kl_beta=self.kl_beta, old_logp=self.old_logp if self.kl_unbiased else None)
+        loss, metrics = finish(policy_loss, metrics, reduce_tokens, logp=self.logp, ref_logp=self.ref_logp,
+                               mask=self.mask, kl_beta=self.kl_beta, old_logp=self.old_logp if self.kl_unbiased else None)
+        if self.entropy_coef:
+            # loss = -J + beta KL - c H: the bonus rewards a spread sampling distribution (verl's entropy_coeff);
+            # padding's entropy, whatever it holds, never enters (the reduction selects valid tokens)
+            loss = loss - self.entropy_coef * reduce_tokens(self.entropy)
+        return loss, metrics
 
 
 def finish(

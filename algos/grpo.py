@@ -10,8 +10,9 @@ A_i may be given per token, A_it (process supervision, or advantages scaled by a
 The loss is -J. Departures and choices:
 - Asymmetric clip bounds (DAPO's clip-higher); the GSPO paper's GRPO baseline uses 0.2 / 0.27.
 - `aggregation` picks the token reduction: "seq_mean_token_mean" (the formula above, default),
-  "token_mean" (DAPO: 1/sum|y_i| sum_i sum_t) or "seq_mean_token_sum_norm" (Dr. GRPO:
-  1/G sum_i 1/max_len sum_t, max_len a constant, default the padded width T).
+  "token_mean" (DAPO: 1/sum|y_i| sum_i sum_t), "seq_mean_token_sum_norm" (Dr. GRPO:
+  1/G sum_i 1/max_len sum_t, max_len a constant, default the padded width T) or "seq_mean_token_sum" (verl's
+  loss_agg_mode=seq-mean-token-sum: 1/G sum_i sum_t, no length normaliser).
 - The log-ratio is bounded above by MAX_LOG_RATIO (10) before exp(), as verl bounds it; beyond it
   the token has no gradient. Only pathological ratios (> 2.2e4) are affected.
 - Optional k3 KL to a reference policy, beta * KL reduced with the same aggregation (beta = 0, off,
@@ -48,7 +49,7 @@ GRPO_CARD = ("ratio      token: r_it = exp(logp_it - old_logp_it), the log-ratio
 
 @dataclass(frozen=True)
 class GrpoOptions:
-    aggregation: str = Aggregation.SEQ_MEAN_TOKEN_MEAN  # seq_mean_token_mean (GRPO paper), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO)
+    aggregation: str = Aggregation.SEQ_MEAN_TOKEN_MEAN  # seq_mean_token_mean (GRPO paper), token_mean (DAPO), seq_mean_token_sum_norm (Dr. GRPO), seq_mean_token_sum (verl)
 
     def __post_init__(self) -> None:
         check_aggregation(self.aggregation)

@@ -17,18 +17,16 @@ Departures and choices:
 
 from __future__ import annotations
 
-from functools import partial
-
 from torch import Tensor
 
 from gspo.vocab.choices import Aggregation, Ratio
 
-from .common import STANDARD_METRICS, LossInputs, aggregate, seq_lengths, seq_mean
+from .common import STANDARD_METRICS, LossInputs, seq_lengths, seq_mean
 from .gspo import sequence_objective
 from .registry import register
 
 
-@register("luspo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation="seq_mean_token_sum", card=(
+@register("luspo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation=Aggregation.SEQ_MEAN_TOKEN_SUM, card=(
     "ratio      sequence, the geometric mean of the token ratios: s_i = exp(1/|y_i| sum_t (logp_it - old_logp_it)),\n"
     "           log s_i bounded above by 10\n"
     "objective  J_i = |y_i| min(s_i A_i, clip(s_i, {lo}, {hi}) A_i): GSPO's term weighted by the sequence's length"))
@@ -37,7 +35,5 @@ def luspo_loss(x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
     objective, metrics = sequence_objective(x)
     # J = 1/G sum_i |y_i| J_i
     policy_loss = -seq_mean(seq_lengths(x.mask) * objective, seq_denominator=x.seq_denominator)
-    # 1/G sum_i sum_t v_it: Dr. GRPO's constant normaliser set to 1
-    reduce_tokens = partial(aggregate, mask=x.mask, aggregation=Aggregation.SEQ_MEAN_TOKEN_SUM_NORM, max_len=1.0,
-                            seq_denominator=x.seq_denominator, token_denominator=x.token_denominator)
-    return x.finish(policy_loss, metrics, reduce_tokens)
+    # 1/G sum_i sum_t v_it (verl's seq-mean-token-sum)
+    return x.finish(policy_loss, metrics, x.reducer(Aggregation.SEQ_MEAN_TOKEN_SUM))

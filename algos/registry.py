@@ -34,7 +34,8 @@ LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 # Arguments every algorithm takes.
 REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")
 # What the trainer offers every loss; a loss declares the ones it uses.
-CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len", "sampler_logp", "kl_unbiased")
+CONTEXT = ("ref_logp", "kl_beta", "seq_denominator", "token_denominator", "max_len", "sampler_logp", "kl_unbiased",
+           "entropy", "entropy_coef")
 
 
 
@@ -154,11 +155,13 @@ def policy_loss(
     algo = get(name)
     typed = takes_inputs(algo.loss)  # every built-in loss: it has a KL term (common.finish)
     params = inspect.signature(algo.loss).parameters
-    if not typed and kwargs.get("kl_beta") and "kl_beta" not in params:  # a KL weight is never dropped silently
-        raise TypeError(f"algorithm {name!r} has no KL term: kl_beta={kwargs['kl_beta']} cannot apply")
+    for weight in ("kl_beta", "entropy_coef"):  # a KL weight or an entropy bonus is never dropped silently
+        if not typed and kwargs.get(weight) and weight not in params:
+            raise TypeError(f"algorithm {name!r} has no {weight} term: {weight}={kwargs[weight]} cannot apply")
     check_inputs(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask, clip_low=clip_low, clip_high=clip_high,
                  ref_logp=kwargs.get("ref_logp"), kl_beta=kwargs.get("kl_beta", 0.0), algo=algo,
-                 sampler_logp=kwargs.get("sampler_logp"))
+                 sampler_logp=kwargs.get("sampler_logp"), entropy=kwargs.get("entropy"),
+                 entropy_coef=kwargs.get("entropy_coef", 0.0))
     options = algo.make_options({k: v for k, v in kwargs.items() if k not in CONTEXT})
     inputs = {"logp": logp, "old_logp": old_logp, "advantages": advantages, "mask": mask, "clip_low": clip_low,
               "clip_high": clip_high}
@@ -185,12 +188,14 @@ def check_clip(algo: Algorithm, clip_low: float, clip_high: float) -> None:
 
 
 def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_low: float, clip_high: float,
-                 ref_logp: Tensor | None, kl_beta: float, algo: Algorithm, sampler_logp: Tensor | None = None) -> None:
+                 ref_logp: Tensor | None, kl_beta: float, algo: Algorithm, sampler_logp: Tensor | None = None,
+                 entropy: Tensor | None = None, entropy_coef: float = 0.0) -> None:
     """Raise ValueError on shapes or settings that would silently broadcast into a wrong loss. The clip bounds are
     the config's (conf/ranges.py: 0 < clip_low <= 1, clip_high > 0), under `check_clip`'s rule."""
     if logp.dim() != 2:
         raise ValueError(f"logp must be [N, T], got shape {tuple(logp.shape)}")
-    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("sampler_logp", sampler_logp)):
+    for name, tensor in (("old_logp", old_logp), ("mask", mask), ("ref_logp", ref_logp), ("sampler_logp", sampler_logp),
+                         ("entropy", entropy)):
         if tensor is not None and tensor.shape != logp.shape:
             raise ValueError(f"{name} must have logp's shape {tuple(logp.shape)}, got {tuple(tensor.shape)}")
     allowed = [logp.shape[:1]] + ([logp.shape] if algo.token_advantages else [])
@@ -202,3 +207,7 @@ def check_inputs(*, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Te
         raise ValueError(f"kl_beta must be >= 0, got {kl_beta}")
     if kl_beta != 0.0 and ref_logp is None:
         raise ValueError(f"kl_beta={kl_beta} needs ref_logp (reference-model log-probs, [N, T])")
+    if entropy_coef < 0.0:
+        raise ValueError(f"entropy_coef must be >= 0, got {entropy_coef}")
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError(f"entropy_coef={entropy_coef} needs entropy (the policy's per-token entropy, [N, T])")

@@ -31,6 +31,7 @@ INT64 = (-(2**63), 2**63 - 1)  # every integer setting; torch.manual_seed, for o
 RULES: dict[str, tuple] = {
     "seed": _NONNEG,
     "algo.clip_low": (0, 1, True), "algo.clip_high": _POS, "algo.kl_beta": _NONNEG, "algo.adv_eps": _NONNEG,
+    "algo.entropy_coef": _NONNEG,
     "algo.correction.cap": _POS, "algo.correction.low": (0, 1, False), "algo.correction.high": _ONE,
     "train.steps": _NONNEG, "train.prompts_per_step": _ONE, "train.group_size": (2, None, False),
     "train.minibatches": _ONE, "train.epochs": _ONE, "train.micro_batch_size": _ONE, "train.lr": (0, FLOAT32_MAX, True),

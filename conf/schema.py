@@ -33,6 +33,7 @@ class AlgoConfig:
     clip_high: float = MISSING  # ratio may rise to 1 + clip_high (cispo: the weight is capped at 1 + clip_high, so the preset's 4 caps at 5, as TRL's epsilon_high=5; dppo_tv / dppo_kl: the divergence threshold for A > 0)
     options: dict[str, Any] = field(default_factory=dict)  # the algorithm's own options, the fields of its options dataclass in gspo.algos (its preset lists them)
     kl_beta: float = 0.0  # k3 KL to the reference (initial) model; 0 as in the GSPO paper
+    entropy_coef: float = 0.0  # an entropy bonus: the loss less this x the sampling distribution's entropy per token, reduced like J (verl's entropy_coeff, prime-rl's entropy_coef); 0: none, and the entropy is not computed
     kl_unbiased: bool = False  # the KL term's k3 weighted by pi / pi_old per token (DeepSeek-V3.2 eq. 7, TRL's use_bias_correction_kl, on by default there)
     advantage: str = "group"  # estimator: group (one value per sequence), step (per scratchpad step, per token; gspo_token) or gdpo (each reward component normalised in its group, summed, batch-normalised; GDPO)
     adv_eps: float = 1e-6  # added to the group std (Bessel) before dividing

@@ -157,7 +157,7 @@ MUTANTS += [
     Mutant("dppo-cap-20", "DPPO's weight capped at 20 (our old number), not the authors' 10000",
            (("algos/dppo.py", "tis_cap: float = 10000.0", "tis_cap: float = 20.0"),), ANCHORS[:1]),
     Mutant("dppo-clipfrac-skips-zero-advantage", "DPPO's clip fraction leaves out dropped tokens with A = 0",
-           (("algos/dppo.py", "low=dropped & (adv <= 0)", "low=dropped & (adv < 0)"),), ANCHORS[:1]),
+           (("algos/dppo.py", "low=dropped & ~up,", "low=dropped & ~up & (adv != 0),"),), ANCHORS[:1]),
     Mutant("dppo-correction-twice", "DPPO anchored at the sampler takes a correction on top (the mismatch twice)",
            (("trainer/step/advantages.py", 'if c.kind != Correction.NONE and getattr(options, "anchored_at_sampler", False):',
              "if False:"),), ANCHORS[1:]),
@@ -237,6 +237,34 @@ MUTANTS += [
            (("algos/common.py", "kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)) * kl",
              "kl = torch.exp(token_log_ratio(logp, old_logp, mask).clamp(max=MAX_LOG_RATIO)).detach() * kl"),),
            ("tests/algos/test_algos_unbiased_kl.py",)),
+]
+LAST_TESTS = ("tests/algos/test_algos_family_2026c.py",)
+MUTANTS += [
+    Mutant("dppo-ipo-ignored", "DPPO's sides=ipo keeps DPPO's sign-gated mask (prime-rl's sign-free mask never applies)",
+           (("algos/dppo.py", "        keep = ~beyond  # prime-rl's IPO mask", "        keep = keep  # prime-rl's IPO mask"),),
+           LAST_TESTS),
+    Mutant("dppo-ipo-metrics-by-sign", "under sides=ipo the drops are counted by the advantage's sign, not the move",
+           (("algos/dppo.py", "up = rose if ipo else adv > 0", "up = adv > 0"),), LAST_TESTS),
+    Mutant("dppo-kl-tau-detached", "DPPO's squared log-ratio term carries no gradient",
+           (("algos/dppo.py", "reduce_tokens(log_ratio.square())", "reduce_tokens(log_ratio.detach().square())"),),
+           LAST_TESTS),
+    Mutant("dro-penalty-sign", "DRO's quadratic term rewards drift instead of pulling back",
+           (("algos/dro.py", "logp - 0.5 * beta * log_ratio", "logp + 0.5 * beta * log_ratio"),), LAST_TESTS),
+    Mutant("icepop-at-pi-old", "IcePop's ratio is taken against pi_old, not the sampler's log-probs",
+           (("algos/icepop.py", "token_log_ratio(x.logp, x.rollout_logp(), x.mask)",
+             "token_log_ratio(x.logp, x.old_logp, x.mask)"),), LAST_TESTS),
+    Mutant("icepop-no-mask", "IcePop's band masks nothing (GRPO's clip at the sampler alone)",
+           (("algos/icepop.py", "objective = inside.to(ratio.dtype) * clipped_objective", "objective = clipped_objective"),),
+           LAST_TESTS),
+    Mutant("seq-mean-token-sum-normalised", "seq_mean_token_sum divides each sequence by its length (token-mean's)",
+           (("algos/common.py", "        per_seq = masked_sum(values, mask, dim=-1)\n    else:",
+             "        per_seq = masked_sum(values, mask, dim=-1) / seq_lengths(mask)\n    else:"),), LAST_TESTS),
+    Mutant("entropy-bonus-sign", "the entropy bonus is added to the loss (an entropy penalty)",
+           (("algos/common.py", "loss = loss - self.entropy_coef * reduce_tokens", "loss = loss + self.entropy_coef * reduce_tokens"),),
+           LAST_TESTS),
+    Mutant("entropy-bonus-detached", "the update's entropy carries no gradient (the bonus moves no parameter)",
+           (("trainer/model/logprobs.py", "    if entropy_grad:", "    if False:"),),
+           ("tests/trainer/step/test_update.py::test_entropy_bonus_reaches_the_parameters",)),
 ]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 TITLES = {
     "grpo": "GRPO", "dapo": "DAPO", "dr_grpo": "Dr. GRPO", "gspo": "GSPO", "gspo_token": "GSPO-token", "gmpo": "GMPO",
     "cispo": "CISPO", "sapo": "SAPO", "dppo_tv": "DPPO-TV", "dppo_kl": "DPPO-KL", "opsm": "OPSM", "maxrl": "MaxRL",
-    "gdpo": "GDPO", "luspo": "LUSPO", "vespo": "VESPO",
+    "gdpo": "GDPO", "luspo": "LUSPO", "vespo": "VESPO", "dro": "DRO", "icepop": "IcePop",
 }
 
 

@@ -30,6 +30,7 @@ class Aggregation(Choice):
     SEQ_MEAN_TOKEN_MEAN = "seq_mean_token_mean"  # 1/N sum_i 1/|y_i| sum_t      (GRPO paper)
     TOKEN_MEAN = "token_mean"  # 1/sum_i|y_i| sum_i sum_t                         (DAPO)
     SEQ_MEAN_TOKEN_SUM_NORM = "seq_mean_token_sum_norm"  # 1/N sum_i 1/max_len sum_t   (Dr. GRPO)
+    SEQ_MEAN_TOKEN_SUM = "seq_mean_token_sum"  # 1/N sum_i sum_t                  (verl's seq-mean-token-sum)
 
 
 class Advantage(Choice):

@@ -1,5 +1,5 @@
 """Issue 62's members as a user meets them: each preset composes and passes the pre-run checks, its card (`gspo
-explain`) states the new rule with the preset's numbers, and preset=family2026b composes and plans its 24 runs
+explain`) states the new rule with the preset's numbers, and preset=family2026b composes and plans its 33 runs
 (not run: no reference page this session)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from gspo.trainer.step.advantages import check_algorithm, correction_bounds
 from gspo.trainer.step.explain import estimator_card
 from gspo.trainer.tasks.registry import build_task
 
-ARMS = ["grpo", "luspo", "vespo", "rloo", "cispo", "cispo_sampler", "grpo_trust_region", "grpo_geo_rs_tis"]
+ARMS = ["grpo", "luspo", "vespo", "rloo", "cispo", "cispo_sampler", "grpo_trust_region", "grpo_geo_rs_tis", "dppo_ipo",
+        "icepop", "dro"]
 
 
 def card(*overrides: str) -> str:
@@ -60,7 +61,7 @@ def test_family2026b_composes_and_plans_every_arm():
     params = sweep_params("family2026b")
     assert "family2026b" in presets() and params["algo"].split(",") == ARMS
     jobs = planned_jobs([], params)
-    assert len(jobs) == 3 * len(ARMS) and jobs[0] == "seed=0 algo=grpo" and jobs[-1] == "seed=2 algo=grpo_geo_rs_tis"
+    assert len(jobs) == 3 * len(ARMS) and jobs[0] == "seed=0 algo=grpo" and jobs[-1] == "seed=2 algo=dro"
     for job in jobs[: len(ARMS)]:
         cfg = compose_config(["+sweep=family2026b", *job.split()])
         assert cfg.rollout.dtype == "bfloat16" and cfg.train.steps == 60

@@ -14,8 +14,10 @@ from gspo.vocab.algorithms import TITLES
 F64 = torch.float64
 OPTIONS = {"grpo": ("aggregation",), "gspo": (), "gspo_token": (), "dapo": ("aggregation",), "dr_grpo": ("aggregation",),
            "cispo": ("aggregation", "anchor"), "sapo": ("tau_pos", "tau_neg", "aggregation"), "gmpo": (),
-           "dppo_tv": ("tis_cap", "aggregation", "anchor"), "dppo_kl": ("tis_cap", "aggregation", "anchor"), "opsm": ("delta", "aggregation"),
-           "maxrl": ("aggregation",), "gdpo": ("aggregation",)}  # algo.options
+           "dppo_tv": ("tis_cap", "aggregation", "anchor", "sides", "kl_tau"),
+           "dppo_kl": ("tis_cap", "aggregation", "anchor", "sides", "kl_tau"), "opsm": ("delta", "aggregation"),
+           "maxrl": ("aggregation",), "gdpo": ("aggregation",), "dro": ("beta", "aggregation"),
+           "icepop": ("band_low", "band_high", "aggregation")}  # algo.options
 OWN_METRICS = {"opsm": {"clip/opsm_masked_frac"}}  # beyond the standard ones
 METRICS = {
     "clip/token_frac", "clip/seq_frac", "clip/low_frac", "clip/high_frac", "clip/ratio_out_of_band_frac",
@@ -78,8 +80,8 @@ def test_the_registries_are_the_vocabulary():
 
 
 def test_unknown_algorithm_lists_the_known_ones():
-    with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dppo_kl, dppo_tv, dr_grpo, gdpo, gmpo, grpo, gspo, "
-                                         "gspo_token, luspo, maxrl, opsm, sapo, vespo"):
+    with pytest.raises(ValueError, match="'ppo'.*cispo, dapo, dppo_kl, dppo_tv, dr_grpo, dro, gdpo, gmpo, grpo, gspo, "
+                                         "gspo_token, icepop, luspo, maxrl, opsm, sapo, vespo"):
         policy_loss("ppo", **inputs())
 
 

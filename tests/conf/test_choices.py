@@ -23,8 +23,8 @@ def test_choice_error_names_the_valid_values_and_the_near_miss():
 
 @pytest.mark.parametrize(("override", "words"), [
     (["algo.name=gpso"], ["grpo, gspo, gspo_token", "did you mean gspo?"]),
-    (["algo.name=sapoo"], ["cispo, dapo, dppo_kl, dppo_tv, dr_grpo, gdpo, gmpo, grpo, gspo, gspo_token, luspo, maxrl, "
-                           "opsm, sapo, vespo", "did you mean sapo?"]),
+    (["algo.name=sapoo"], ["cispo, dapo, dppo_kl, dppo_tv, dr_grpo, dro, gdpo, gmpo, grpo, gspo, gspo_token, icepop, "
+                           "luspo, maxrl, opsm, sapo, vespo", "did you mean sapo?"]),
     (["algo=grpo", "algo.options.aggregation=token_meen"], ["did you mean token_mean?"]),
     (["rollout.engine=vlm"], ["did you mean vllm?"]),
     (["algo.advantage=steps"], ["group, step, gdpo", "did you mean step?"]),

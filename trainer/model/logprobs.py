@@ -65,14 +65,18 @@ def sampling_logits(logits: torch.Tensor, temperature: float, top_p: float) -> t
 
 
 def _chunk_logp(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                top_p: float, with_entropy: bool = False):
-    """Log-probs of `targets` [chunk] and, with `with_entropy`, the entropies [chunk] (detached), from one
-    output-layer matmul: H = lse - sum_v p_v z_v, with p = exp(z - lse) of the same logits z."""
+                top_p: float, with_entropy: bool = False, entropy_grad: bool = False):
+    """Log-probs of `targets` [chunk] and, with `with_entropy`, the entropies [chunk] (detached, or differentiable
+    with `entropy_grad`: an entropy bonus), from one output-layer matmul: H = lse - sum_v p_v z_v, with
+    p = exp(z - lse) of the same logits z."""
     logits = sampling_logits(head(hidden), temperature, top_p)  # [chunk, V]
     lse = torch.logsumexp(logits, dim=-1)
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
     if not with_entropy:
         return logp
+    if entropy_grad:
+        # H = lse - sum_v softmax(z)_v z_v, its gradient through every logit
+        return logp, lse - torch.linalg.vecdot(torch.softmax(logits, dim=-1), logits)
     with torch.no_grad():
         z, m = logits.detach(), lse.detach()
         entropy = m - torch.linalg.vecdot(torch.exp(z - m.unsqueeze(-1)), z)
@@ -96,12 +100,14 @@ def completion_logprobs_of(
     top_p: float = 1.0,
     chunk: int = 1024,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the last `n_completion` tokens of each row.
 
     input_ids, attention_mask: [N, P+T] (prompt left-padded, completion right-padded); returns
     logp [N, T] (float32, differentiable) and, when asked, the sampling distribution's entropy [N, T]
-    (detached), both of the sampling distribution: temperature, then the top-p nucleus.
+    (detached; differentiable with `entropy_grad`, an entropy bonus's), both of the sampling distribution:
+    temperature, then the top-p nucleus.
     """
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     body = _COMPILED.get(model)  # not `or`: a compiled module has no truth value (len() raises)
@@ -118,9 +124,10 @@ def completion_logprobs_of(
     for s in range(0, n * t, chunk):
         hs, ts = flat_h[s : s + chunk], flat_t[s : s + chunk]
         if torch.is_grad_enabled():
-            out = checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, with_entropy, use_reentrant=False)
+            out = checkpoint(_chunk_logp, head, hs, ts, temperature, top_p, with_entropy, entropy_grad,
+                             use_reentrant=False)
         else:
-            out = _chunk_logp(head, hs, ts, temperature, top_p, with_entropy)
+            out = _chunk_logp(head, hs, ts, temperature, top_p, with_entropy, entropy_grad)
         if with_entropy:
             out, ent = out
             ents.append(ent)

@@ -22,7 +22,8 @@ NORMALISERS = {  # loss = -(this) over a minibatch, the counts being the whole m
     "seq_mean": "1/N sum_i J_i  (N sequences of the minibatch)",
     "seq_mean_token_mean": "1/N sum_i 1/|y_i| sum_t J_it  (N sequences; each sequence's own length)",
     "token_mean": "1/T sum_i sum_t J_it  (T valid tokens of the minibatch; long sequences weigh more)",
-    "seq_mean_token_sum": "1/N sum_i J_i  (N sequences; J_i holds its length |y_i|: LUSPO)",
+    "seq_mean_token_sum": "1/N sum_i J_i, J_i = sum_t J_it  (N sequences; no length normaliser, verl's "
+                          "seq-mean-token-sum: a long sequence weighs more; LUSPO's J_i holds its length |y_i|)",
     "seq_mean_token_sum_norm": "1/N sum_i 1/L sum_t J_it  (N sequences; L = rollout.max_new_tokens = {max_len}, a constant)",
 }
 
@@ -34,10 +35,15 @@ def estimator_card(cfg, *, world_size: int = 1) -> str:
     numbers = {"lo": _num(max(0.0, 1.0 - algo.clip_low)), "hi": _num(1.0 + algo.clip_high),
                "clip_low": _num(algo.clip_low), "clip_high": _num(algo.clip_high),
                "exp_lo": _num(math.exp(-algo.clip_low)), "exp_hi": _num(math.exp(algo.clip_high)),
-               **{k: _num(v) if isinstance(v, float) else v for k, v in options.items()}}
+               **{k: _num(v) if isinstance(v, float) else v for k, v in options.items()},
+               **getattr(spec.make_options(dict(algo.options)), "card_fields", dict)()}  # words an option picks
     lines = [f"estimator  {algo.name}: the update's loss = -J + {_num(algo.kl_beta)} KL (k3, to the initial model; "
              + ("weighted by r_it = pi / pi_old per token, DeepSeek-V3.2's unbiased KL; " if algo.kl_unbiased else "")
              + "reduced like J)" if algo.kl_beta else f"estimator  {algo.name}: the update's loss = -J (no KL term)"]
+    if algo.entropy_coef:
+        lines.append(f"entropy    the loss less {_num(algo.entropy_coef)} H, H_it = -sum_v pi_v log pi_v the sampling "
+                     "distribution's entropy at each token (its gradient through every logit), reduced like J: an "
+                     "entropy bonus")
     lines += spec.card.format(**numbers).splitlines() if spec.card else [
         f"objective  not declared: {algo.name} registers no card (gspo.algos.register(..., card=...))"]
     lines += _advantage(cfg)

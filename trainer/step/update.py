@@ -161,10 +161,11 @@ def _micro_loss(ctx: StepContext, batch: Batch, part: list[int], used: list | No
             batch.routing.stop()
         else:
             batch.routing.updating(rows, cols)
+    bonus = bool(algo.entropy_coef)  # the entropy is computed, with its gradient, only for a bonus
     with ctx.precision.autocast():
-        logp, _ = completion_logprobs(ctx.model, r.input_ids[rows, cols], r.attention_mask[rows, cols], width,
-                                      temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p,
-                                      chunk=ctx.train.logprob_chunk)
+        logp, entropy = completion_logprobs(ctx.model, r.input_ids[rows, cols], r.attention_mask[rows, cols], width,
+                                            temperature=ctx.sampling.temperature, top_p=ctx.sampling.top_p,
+                                            chunk=ctx.train.logprob_chunk, with_entropy=bonus, entropy_grad=bonus)
     ref = batch.ref_logp[rows, :width] if batch.ref_logp is not None else None
     old, mask = batch.old_logp[rows, :width], r.completion_mask[rows, :width]
     if used is not None:
@@ -177,6 +178,7 @@ def _micro_loss(ctx: StepContext, batch: Batch, part: list[int], used: list | No
         mask=mask, clip_low=algo.clip_low, clip_high=algo.clip_high,
         **algo.options, max_len=ctx.sampling.max_new_tokens, ref_logp=ref, kl_beta=algo.kl_beta,
         seq_denominator=den[0], token_denominator=den[1], sampler_logp=sampler, kl_unbiased=algo.kl_unbiased,
+        entropy=entropy, entropy_coef=algo.entropy_coef,
     )
 
 

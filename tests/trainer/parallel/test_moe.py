@@ -121,7 +121,7 @@ def test_update_first_minibatch_is_on_policy_and_routing_drifts_only_without_rep
 
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _i: 1.0)
-    algo = type("A", (), dict(name="grpo", clip_low=0.2, clip_high=0.27, options={"aggregation": "seq_mean_token_mean"}, kl_beta=0.0, kl_unbiased=False))
+    algo = type("A", (), dict(name="grpo", clip_low=0.2, clip_high=0.27, options={"aggregation": "seq_mean_token_mean"}, kl_beta=0.0, kl_unbiased=False, entropy_coef=0.0))
     train = type("T", (), dict(epochs=1, minibatches=4, micro_batch_size=None, logprob_chunk=64, max_grad_norm=1e9))
     sampling = type("R", (), dict(temperature=1.0, top_p=1.0, max_new_tokens=T))
     lengths = rollout.completion_mask.sum(-1).long().tolist()

@@ -58,7 +58,7 @@ def batch() -> Batch:
 
 def _algo(name="grpo", aggregation="seq_mean_token_mean", **kw):
     options = {"aggregation": aggregation} if name == "grpo" else {}
-    return SimpleNamespace(**{"name": name, "options": options, "kl_beta": 0.0, "kl_unbiased": False, **CLIP, **kw})
+    return SimpleNamespace(**{"name": name, "options": options, "kl_beta": 0.0, "kl_unbiased": False, "entropy_coef": 0.0, **CLIP, **kw})
 
 
 def _train(**kw):
@@ -215,6 +215,30 @@ def test_kl_term_reaches_the_loss_and_policy_kl_ref(batch):
     # the KL term is in the gradient: beta = 0.1 moves the parameters differently from beta = 0
     _, model0, _ = _run(batch, _algo("gspo"), _train(micro_batch_size=3), lr=lr, with_ref=True)
     assert any((a - b).abs().max() > 1e-6 for a, b in zip(model.parameters(), model0.parameters(), strict=True))
+
+
+def test_entropy_bonus_reaches_the_parameters(batch):
+    # the expected step from another code path: the model's full logits through torch.distributions (log-probs and
+    # entropies of the completion positions), GRPO's loss less c x 1/N sum_i 1/|y_i| sum_t H_it, one SGD step
+    algo, lr, c = _algo("grpo", entropy_coef=0.5), 0.5, 0.5
+    _, model, _ = _run(batch, algo, _train(micro_batch_size=3), lr=lr)
+    ref = _model()
+    r = batch.rollout
+    logits = ref(input_ids=r.input_ids, attention_mask=r.attention_mask).logits[:, P - 1 : P + T - 1].float()
+    dist = torch.distributions.Categorical(logits=logits)
+    logp, entropy = dist.log_prob(r.input_ids[:, P:]), dist.entropy()  # [N, T]
+    mask = r.completion_mask
+    loss, _ = policy_loss("grpo", logp=logp, old_logp=batch.old_logp, advantages=batch.advantages, mask=mask,
+                          aggregation="seq_mean_token_mean", **CLIP)
+    loss = loss - c * ((entropy * mask).sum(-1) / mask.sum(-1)).mean()
+    loss.backward()
+    start = dict(_model().named_parameters())
+    for name, p in model.named_parameters():
+        grad = dict(ref.named_parameters())[name].grad
+        torch.testing.assert_close(p.detach(), start[name].detach() - lr * grad, **PARAM_TOL)
+    # and the bonus moved them: c = 0 gives another step
+    _, model0, _ = _run(batch, _algo("grpo"), _train(micro_batch_size=3), lr=lr)
+    assert any((a - b).abs().max() > 1e-4 for a, b in zip(model.parameters(), model0.parameters(), strict=True))
 
 
 def test_epochs_and_minibatches_are_optimizer_steps(batch):

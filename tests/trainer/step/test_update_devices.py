@@ -47,7 +47,7 @@ def _rollout(device: str) -> Rollout:
 def _config(algo: str, *, kl_beta: float = 0.0, aggregation: str = "seq_mean_token_mean", minibatches: int = 2):
     return SimpleNamespace(
         algo=SimpleNamespace(name=algo, clip_low=0.2, clip_high=0.27, options={"aggregation": aggregation} if algo == "grpo" else {},
-                             kl_beta=kl_beta, kl_unbiased=False),
+                             kl_beta=kl_beta, kl_unbiased=False, entropy_coef=0.0),
         train=SimpleNamespace(epochs=1, minibatches=minibatches, micro_batch_size=1, max_grad_norm=1.0,
                               logprob_chunk=5, lr=1e-3, adam_betas=[0.9, 0.99], weight_decay=0.0, steps=1,
                               warmup_steps=0, lr_schedule="constant"),
