@@ -97,10 +97,10 @@ def test_an_until_ended_by_its_time_budget_reruns_its_page_and_never_a_new_round
                             "another hydra.sweep.dir= (the same command reruns its page)")
 
 
-def _sweep_of_fake_runs(root: Path, primary: str | None) -> Path:
+def _sweep_of_fake_runs(root: Path, primary: str | None, name: str = "sweep") -> Path:
     """A compare's folder as gspo writes it (job records, sweep.json, plan.json), of runs written by hand: GSPO's
     held-out accuracy and training reward well above GRPO's at every seed."""
-    sweep = root / "sweep"
+    sweep = root / name
     runs = [fake_run(root / "runs", algo, s, level=0.5 if algo == "grpo" else 0.9)
             for s in range(4) for algo in ("grpo", "gspo")]
     for num, run in enumerate(runs):
@@ -126,6 +126,29 @@ def test_a_primary_other_than_the_registered_one_is_post_hoc_never_resolved(tmp_
     registered = CliRunner().invoke(app, [*args, "--primary", "eval/arith/accuracy"], env={"COLUMNS": "200"})
     assert registered.stdout.split("verdict:\n", 1)[1].splitlines()[0].startswith(
         "  held-out accuracy [primary]: GSPO - GRPO")  # the registered primary, named: no post hoc
+
+
+def test_the_report_takes_the_registered_primary_unless_told_and_marks_another_post_hoc_in_an_until(tmp_path):
+    from gspo.cli.main import app
+
+    sweep = _sweep_of_fake_runs(tmp_path, primary="reward/mean")
+    result = CliRunner().invoke(app, ["report", str(sweep), "--wandb", "disabled"], env={"COLUMNS": "200"})
+    first = result.stdout.split("verdict:\n", 1)[1].splitlines()[0]  # seen: held-out accuracy, marked post hoc
+    assert first.startswith("  training reward [primary]: GSPO - GRPO = +") and "post hoc" not in first
+    until = tmp_path / "u"  # an until=resolved experiment: its page answered held-out accuracy
+    _sweep_of_fake_runs(tmp_path / "again", primary=None, name="../u/round-1")
+    (until / "plan.json").write_text(json.dumps({"arms": {}, "seeds": ["0", "1", "2", "3"], "rounds": [[0, 1, 2, 3]],
+                                                 "stop": {"until": "resolved"}, "primary": None}))
+    (until / "sequential.json").write_text(json.dumps({"rounds": [[0, 1, 2, 3]], "looks": [], "page": {
+        "lines": ["Round 1 (4 seeds per arm): level 0.01 per comparison"],
+        "sequential": {"eval/arith/accuracy": 0.01}}}))
+    result = CliRunner().invoke(app, ["report", str(until), "--wandb", "disabled", "--primary", "reward/mean"],
+                                env={"COLUMNS": "200"})  # seen: refused
+    assert result.exit_code == 0, (result.output, result.exception)
+    first = result.stdout.split("verdict:\n", 1)[1].splitlines()[0]
+    assert first.startswith("  training reward [primary, post hoc]: GSPO - GRPO = +") and "resolved (" not in first
+    assert "chosen at report time (--primary), not the one the experiment's plan registered" in \
+        (until / "report" / "report.md").read_text()
 
 
 def test_a_copied_run_is_one_seed_not_two(tmp_path):
