@@ -258,7 +258,7 @@ def check_registered(folder: Path, was: dict, now: dict) -> list[str]:
 def check_ended(folder: Path, was: dict, verdict: VerdictConfig) -> None:
     """An until whose last look spent the rest of alpha has ended: a larger budget cannot reopen it."""
     ended = was.get("ended")
-    if not ended or ended.get("stop") == "settled":
+    if not ended or ended.get("stop") == "settled" or verdict.until != Until.RESOLVED:  # a plain compare: differences
         return
     if (verdict.max_minutes, verdict.max_seeds) != (was["stop"].get("verdict.max_minutes"),
                                                     was["stop"].get("verdict.max_seeds")):

@@ -82,6 +82,14 @@ def test_an_until_into_a_plain_compares_folder_is_refused(stand_ins, tmp_path):
     assert str(e.value) == ("old holds a plain compare (its runs, no until record): an until=resolved experiment there "
                             "would hide it from its report; start it in another hydra.sweep.dir=")
     assert [f.name for f, _ in stand_ins.sweeps] == ["c"]
+    compare_with("hydra.sweep.dir=u")  # the reverse: a plain compare into an until's folder
+    with pytest.raises(GspoError, match=r'u holds a registered plan .*changes: verdict.until="resolved" -> "none"'):
+        compare_with("hydra.sweep.dir=u", until=False)
+    (tmp_path / "u" / "plan.json").unlink()  # an older gspo's until: its design in sequential.json alone
+    record = json.loads((tmp_path / "u" / "sequential.json").read_text())
+    (tmp_path / "u" / "sequential.json").write_text(json.dumps(record | {"design": {"rounds": [[0, 1], [2, 3]]}}))
+    with pytest.raises(GspoError, match=r'u holds a registered plan .*verdict.until="resolved" -> "none"'):
+        compare_with("hydra.sweep.dir=u", until=False)
 
 
 def test_an_until_ended_by_its_time_budget_reruns_its_page_and_never_a_new_round(stand_ins, tmp_path):
@@ -158,6 +166,11 @@ def test_a_copied_run_is_one_seed_not_two(tmp_path):
     report = write_report([*runs, copy], tmp_path / "out", wandb="disabled")
     assert list(report.headline["n"]) == [2, 2]
     assert f"{copy}: the same arm and seed as {runs[-1]} (a copy): counted once" in report.notes
+    for name, listed in (("a", runs), ("b", [copy, runs[0]])):  # two sweep folders listing the run and its copy
+        for num, run in enumerate(listed):
+            write_job_record(tmp_path / name, num, {"run_dir": str(run)})
+    report = write_report([tmp_path / "a", tmp_path / "b", runs[0]], tmp_path / "out2", wandb="disabled")
+    assert list(report.headline["n"]) == [2, 2]  # (arm, seed) once, whatever folders it is found in
 
 
 def test_report_reads_a_plans_rounds_and_its_registered_primary(tmp_path):
