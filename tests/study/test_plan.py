@@ -140,9 +140,14 @@ def test_the_report_takes_the_registered_primary_unless_told_and_marks_another_p
     from gspo.cli.main import app
 
     sweep = _sweep_of_fake_runs(tmp_path, primary="reward/mean")
+    plan = json.loads((sweep / "plan.json").read_text())  # the plan's cispo arm has no runs here
+    (sweep / "plan.json").write_text(json.dumps(plan | {"comparisons": ["algo=gspo vs algo=grpo",
+                                                                        "algo=cispo vs algo=grpo"]}))
     result = CliRunner().invoke(app, ["report", str(sweep), "--wandb", "disabled"], env={"COLUMNS": "200"})
-    first = result.stdout.split("verdict:\n", 1)[1].splitlines()[0]  # seen: held-out accuracy, marked post hoc
-    assert first.startswith("  training reward [primary]: GSPO - GRPO = +") and "post hoc" not in first
+    verdict = result.stdout.split("verdict:\n", 1)[1].splitlines()
+    assert verdict[0].startswith("  training reward [primary]: GSPO - GRPO = +") and "post hoc" not in verdict[0]
+    assert "  The experiment's plan registered 2 comparisons (algo=gspo vs algo=grpo; algo=cispo vs algo=grpo); " \
+           "these runs give 1, so the alpha is split over 1, not the registered 2" in "\n".join(verdict)
     until = tmp_path / "u"  # an until=resolved experiment: its page answered held-out accuracy
     _sweep_of_fake_runs(tmp_path / "again", primary=None, name="../u/round-1")
     (until / "plan.json").write_text(json.dumps({"arms": {}, "seeds": ["0", "1", "2", "3"], "rounds": [[0, 1, 2, 3]],
@@ -177,6 +182,9 @@ def test_report_reads_a_plans_rounds_and_its_registered_primary(tmp_path):
     write_plan(tmp_path / "c", {"arms": {}, "seeds": ["0", "1", "2"], "stop": {"until": "none"},
                                 "rounds": [["0", "1"], ["2"]], "primary": "reward/mean"})
     assert report_plan([tmp_path / "c"]) == ([tmp_path / "c", tmp_path / "c" / "round-2"], ("reward/mean",))
+    write_plan(tmp_path / "d", {"arms": {}, "seeds": ["0"], "stop": {}, "rounds": [["0"]], "primary": None,
+                                "comparisons": ["algo=gspo vs algo=grpo", "algo=cispo vs algo=grpo"]})
+    assert report_plan([tmp_path / "d"])[1] == (None, "algo=gspo vs algo=grpo", "algo=cispo vs algo=grpo")
     (tmp_path / "old" / "runs").mkdir(parents=True)  # an older gspo's sweep: compare's default primary
     assert report_plan([tmp_path / "old"]) == ([tmp_path / "old"], (None,))
     assert report_plan([tmp_path / "a-run"]) == ([tmp_path / "a-run"], ())  # runs named one by one: no plan
