@@ -188,3 +188,25 @@ def test_report_reads_a_plans_rounds_and_its_registered_primary(tmp_path):
     (tmp_path / "old" / "runs").mkdir(parents=True)  # an older gspo's sweep: compare's default primary
     assert report_plan([tmp_path / "old"]) == ([tmp_path / "old"], (None,))
     assert report_plan([tmp_path / "a-run"]) == ([tmp_path / "a-run"], ())  # runs named one by one: no plan
+
+
+def test_gspo_sweep_registers_its_plan_and_a_rerun_under_another_default_is_refused(tmp_path, monkeypatch):
+    """Before: only gspo compare wrote plan.json; a sweep's rerun compared its overrides alone, so a changed default
+    (a gspo update) trained its remaining jobs under another config than its first ones."""
+    import sys
+
+    from gspo.study import sweep as sweep_cli
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sweep_cli, "hydra_job", lambda: None)  # no job runs: the plan is registered before any
+    monkeypatch.chdir(tmp_path)
+    args = ["algo=grpo,gspo", "++seed=0,1", "train.steps=2", "hydra.sweep.dir=s"]
+    sweep_cli.run_sweep(args)
+    registered = json.loads((tmp_path / "s" / "plan.json").read_text())
+    assert list(registered["arms"]) == ["algo=grpo", "algo=gspo"] and registered["seeds"] == ["0", "1"]
+    assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["jobs"]) == 4  # 2 arms x 2 seeds
+    registered["arms"]["algo=gspo"]["train.lr"] = 0.0005  # as if gspo's default had been another then
+    (tmp_path / "s" / "plan.json").write_text(json.dumps(registered))
+    with pytest.raises(GspoError, match=r"^s holds a registered plan \(plan.json, gspo .*\) that this command changes: "
+                                        r"train.lr=0.0005 -> 0.0001 in arm algo=gspo; rerun it as registered"):
+        sweep_cli.run_sweep(args)
