@@ -103,6 +103,11 @@ def test_an_until_ended_by_its_time_budget_reruns_its_page_and_never_a_new_round
     assert str(e.value) == ("u: the experiment ended at look 1 (time budget spent: that look spent the rest of alpha), "
                             "so a larger budget cannot add looks to it; start a new experiment with its own seeds in "
                             "another hydra.sweep.dir= (the same command reruns its page)")
+    compare_with("hydra.sweep.dir=s")  # its seed budget spent at its last look: recorded as final too
+    assert json.loads((tmp_path / "s" / "plan.json").read_text())["ended"] == {"looks": 2, "stop": "seeds"}
+    with pytest.raises(GspoError, match=r"^s: the experiment ended at look 2 \(seeds budget spent: that look spent "
+                                        r"the rest of alpha\), so a larger budget cannot add looks to it; start a new"):
+        compare_with("hydra.sweep.dir=s", "verdict.max_seeds=6")
 
 
 def _sweep_of_fake_runs(root: Path, primary: str | None, name: str = "sweep") -> Path:
