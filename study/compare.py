@@ -43,7 +43,7 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     command, verdict = f"gspo compare {' '.join(overrides)}".strip(), plan.verdict
     check_launcher(list(plan.overrides), at_once=True)  # before the plan is registered
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
-        primary(arm_config(plan, plan.arms[0] if plan.arms else "").task.name, verdict.primary)
+        primary(arm_config(plan).task.name, verdict.primary)
     for note in plan.notes:
         typer.echo(f"note: {note}", err=True)
     outer = Path(sweep_folder(plan.folder) if plan.folder else f"results/sweeps/{new_stamp()}")  # resolved once

@@ -44,7 +44,7 @@ class Machine:
     def config(self) -> DictConfig:
         from gspo.study.plan import arm_config
 
-        return arm_config(self.plan, (self.plan.arms or ("",))[0])
+        return arm_config(self.plan)
 
 
 Policy = Callable[[Machine], "int | None"]  # jobs at once, or None: no opinion

@@ -158,10 +158,16 @@ def fold_equal_arms(plan: Plan) -> tuple[list[str], list[str]]:
     return overrides, notes
 
 
-def arm_config(plan: Plan, arm: str) -> DictConfig:
-    """`arm`'s composed config at the plan's first seed (`arm` "": a search sweeper's first point)."""
+def job_overrides(plan: Plan, job: str) -> list[str]:
+    """What job `job` (its swept values; "": a search sweeper's first point) composes: the plan's fixed overrides
+    and its own values."""
     base = plan.fixed if plan.jobs is not None else [o for o in plan.overrides if not o.startswith(("hydra.", "hydra/"))]
-    return compose_config(first_job([*base, *arm.split(), f"seed={plan.seeds[0]}"]))
+    return first_job([*base, *job.split()])
+
+
+def arm_config(plan: Plan, arm: str | None = None) -> DictConfig:
+    """`arm`'s composed config at the plan's first seed (None: the first arm, or a search sweeper's first point)."""
+    return compose_config(job_overrides(plan, f"{(plan.arms or ('',))[0] if arm is None else arm} seed={plan.seeds[0]}"))
 
 
 def arm_configs(plan: Plan) -> dict[str, dict]:
