@@ -50,7 +50,7 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     else:
         dirs, lines = fixed_rounds(plan, outer, call)
     return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
-                        effect=verdict.effect, primary=verdict.primary, rounds=lines)
+                        effect=verdict.effect, primary=verdict.primary, rounds=lines, registered=_registered(outer, plan))
 
 
 def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], list[str]]:
@@ -76,6 +76,11 @@ def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], 
     return dirs, [f"Seeds {added} were added to the registered plan as its next round(s) after seeds "
                   f"{','.join(rounds[0])} had been seen; the intervals are fixed-sample ones, so a claim that appears "
                   "only after seeds were added on seeing the first ones is weaker than its level says."]
+
+
+def _registered(outer: Path, plan: Plan) -> tuple[str | None, ...]:
+    """The page's (primary, *the comparisons the plan registered): fewer on the page are said (report/write.py)."""
+    return plan.verdict.primary, *((read_plan(outer) or {}).get("comparisons") or [])
 
 
 def _older_compare(outer: Path) -> bool:
@@ -122,4 +127,5 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
                          "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
     return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
-                        effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential)
+                        effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential,
+                        registered=_registered(outer, plan))

@@ -37,6 +37,7 @@ def test_a_plan_whose_preset_or_defaults_changed_is_refused_naming_each_change(s
     path = tmp_path / "c" / "plan.json"
     registered = json.loads(path.read_text())
     assert registered["seeds"] == ["0", "1"] and registered["comparisons"] == ["algo=gspo vs algo=grpo"]
+    assert stand_ins.report[1]["registered"] == (None, "algo=gspo vs algo=grpo")  # the page reads the comparisons
     for arm in registered["arms"].values():  # as if the preset had said 30 steps when the plan was registered
         arm["train.steps"] = 30
     registered["arms"]["algo=grpo"]["algo.clip_high"] = 0.3  # and an older default of GRPO's
