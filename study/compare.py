@@ -11,7 +11,6 @@ from shlex import quote
 import typer
 
 from gspo.conf.errors import GspoError
-from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.study import until
 from gspo.study.launch import check_launcher
@@ -124,7 +123,6 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     sequential = {metric: done.looks[-1].level} if metric else None
     until.finish(outer, {"rounds": rounds[:len(done.looks)], "seeds": done.seeds,
                          "levels": [lk.level for lk in done.looks], "stop": stop,
-                         "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
     return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
                         effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential,

@@ -1,7 +1,7 @@
 """The record of a `gspo compare verdict.until=resolved` experiment: <dir>/sequential.json.
 
     {"looks": [...],         every look ever made, appended (round, seeds per arm, level, settled, time)
-     "rounds", "seeds", "levels", "stop", "verdict"   the last attempt's outcome (as before)
+     "rounds", "seeds", "levels", "stop"   the last attempt's outcome (its verdict settings: the plan's, plan.json)
      "page": {"lines", "sequential"}}                 what the report page says of the rounds, for `gspo report <dir>`
 
 The experiment's folder is resolved once (`${now:...}` filled in, a default with a random part, so two started in
