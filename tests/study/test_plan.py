@@ -216,3 +216,16 @@ def test_gspo_sweep_registers_its_plan_and_a_rerun_under_another_default_is_refu
     with pytest.raises(GspoError, match=r"^s holds a registered plan \(plan.json, gspo .*\) that this command changes: "
                                         r"train.lr=0.0005 -> 0.0001 in arm algo=gspo; rerun it as registered"):
         sweep_cli.run_sweep(args)
+
+
+def test_the_seed_is_parsed_in_the_plan_alone_and_jobs_planned_in_one_place():
+    """Before the plan: the seed list was parsed as text in 5 places and the job list expanded in 4."""
+    import re
+
+    import gspo.study
+
+    root = Path(gspo.study.__file__).resolve().parents[1]
+    sources = {p: p.read_text() for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts}
+    assert [p for p, text in sources.items() if 'startswith("seed=' in text] == []
+    calls = [(p.name, m) for p, text in sources.items() for m in re.findall(r"(?<!def )planned_jobs\(", text)]
+    assert calls == [("plan.py", "planned_jobs(")]
