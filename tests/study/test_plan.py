@@ -229,3 +229,17 @@ def test_the_seed_is_parsed_in_the_plan_alone_and_jobs_planned_in_one_place():
     assert [p for p, text in sources.items() if 'startswith("seed=' in text] == []
     calls = [(p.name, m) for p, text in sources.items() for m in re.findall(r"(?<!def )planned_jobs\(", text)]
     assert calls == [("plan.py", "planned_jobs(")]
+
+
+def test_separate_groups_are_not_told_they_lack_the_plans_comparisons(tmp_path):
+    """A plan's comparisons span every group of `gspo report --separate`: each group's page reads its primary only."""
+    from gspo.report import write_groups
+
+    runs = [fake_run(tmp_path / f"runs{steps}", algo, s, steps=steps)
+            for steps in (8, 12) for algo in ("grpo", "gspo") for s in range(2)]
+    registered = (None, "algo=gspo train.steps=8 vs algo=grpo train.steps=8",
+                  "algo=gspo train.steps=12 vs algo=grpo train.steps=12")
+    groups = write_groups(runs, tmp_path / "out", wandb="disabled", registered=registered)
+    assert len(groups) == 2 and not any("plan registered" in line for _, r in groups for line in r.verdict)
+    one = write_report(runs[:4], tmp_path / "one", wandb="disabled", registered=registered)
+    assert any("The experiment's plan registered 2 comparisons" in line for line in one.verdict)
