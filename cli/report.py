@@ -36,7 +36,8 @@ def report_cmd(
                                  "and the seeds per arm that would resolve it (verdict.effect of gspo compare)."),
     primary: str = typer.Option(None, "--primary", help="The page's one primary score, a metric the runs logged "
                                 "(reward/mean); the verdict tests only its comparisons, the other scores are "
-                                "exploratory (verdict.primary of gspo compare). Default: held-out accuracy."),
+                                "exploratory (verdict.primary of gspo compare). Default: the one the sweep's plan "
+                                "registered, else held-out accuracy; another is marked post hoc, never resolved."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds; arms that share their
@@ -56,17 +57,15 @@ def report_cmd(
     if len(paths) == 1 and (paths[0] / "sequential.json").is_file():  # an until=resolved experiment: its page
         from gspo.study.until import page
 
-        folder = paths[0]
-        paths, lines, sequential, answered = page(folder)
-        if primary is not None and primary != answered:  # the looks' levels belong to the score the rounds answered
-            raise GspoError(f"--primary {primary}: {folder} is an until=resolved experiment whose rounds answered "
-                            f"{answered or 'held-out accuracy'}; its page's primary score is that one")
-        primary, registered = answered, (answered,)
-        rounds = {"rounds": lines, "sequential": sequential}
+        paths, lines, sequential, answered = page(paths[0])
+        registered, rounds = (answered,), {"rounds": lines, "sequential": sequential}
     else:
         paths, registered = report_plan(paths)
     command = (f"gspo report {' '.join(map(str, paths))} --out {out}" + (" --separate" if separate else "")
                + (f" --primary {primary}" if primary else ""))
+    # the registered primary unless --primary names another: that one is post hoc on the page, never resolved (an
+    # until's too: its looks' levels stay with the score its rounds answered)
+    primary = primary if primary is not None or not registered else registered[0]
     kwargs = {"command": command, "wandb": wandb, "progress": sys.stderr.isatty(), "smooth": smooth,
               "say": lambda m: typer.echo(m, err=True), "effect": effect, "primary": primary, "registered": registered}
     if not separate:

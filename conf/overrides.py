@@ -79,7 +79,7 @@ def one_per_key(overrides: list[str], params: dict[str, str] | None = None) -> l
     return list(out.values())
 
 
-def planned_jobs(overrides: list[str], params: dict[str, str] | None = None) -> list[str] | None:
+def planned_jobs(overrides: list[str], params: dict[str, str] | None = None) -> tuple[str, ...] | None:
     """The jobs Hydra's basic sweeper will run for `one_per_key`'s overrides, in its job order (job i is item i):
     each the `key=value` overrides it sweeps, joined by spaces. `params`: the sweeper's params from the config (a
     preset's hydra.sweeper.params), which come before the command line's as Hydra merges them. None when another
@@ -96,4 +96,4 @@ def planned_jobs(overrides: list[str], params: dict[str, str] | None = None) -> 
         keys[o.key_or_group] = _values(o) if o.is_sweep_override() else [f"{head}={o.get_value_element_as_str()}"]
     swept = {k: v for k, v in keys.items() if len(v) > 1 or any(o.is_sweep_override() for o in parsed
                                                                  if o.key_or_group == k)}
-    return [" ".join(combo) for combo in itertools.product(*swept.values())] if swept else [""]
+    return tuple(" ".join(combo) for combo in itertools.product(*swept.values())) if swept else ("",)

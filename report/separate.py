@@ -19,6 +19,7 @@ def write_groups(paths: list, out_dir: Path, **kwargs) -> list[tuple[str, Report
     if len(groups) == 1:
         return [(groups[0][0], write_report(paths, out_dir, **kwargs))]
     out = []
+    kwargs["registered"] = kwargs.get("registered", ())[:1]  # a plan's comparisons span the groups: its primary only
     for i, (name, group) in enumerate(groups, 1):
         report = write_report([r.path for r in group], out_dir / f"group-{i}", **kwargs)
         report.notes[:0] = [f"group {i} of {len(groups)}: {name}"] + (notes if i == 1 else [])

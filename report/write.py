@@ -92,7 +92,8 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     rounds of a sequential compare (verdict.until=resolved), shown under the verdict; `sequential`: metric ->
     the nominal level of its comparisons at the design's last look (their intervals are read at it); `primary`:
     the page's one confirmatory score (verdict.primary; None: held-out accuracy); `registered`: (the primary the
-    experiment's plan registered,), empty without a plan: another `primary` is post hoc, never a finding; `say`:
+    experiment's plan registered, *its comparisons), empty without a plan: another `primary` is post hoc, never a
+    finding, and fewer comparisons than registered are said; `say`:
     where a line per stage goes (runs read, statistics, plots, page), so a report without a bar is not silent for
     minutes (None: nowhere)."""
     say = say or (lambda _message: None)
@@ -122,6 +123,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
     verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
     verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
+    verdict += _unplanned(registered[1:], compared)
     front: list[Block] = [Block("h1", _title(runs, arms, task)),
                           Block("p", _experiment(runs, arms, keys, effect, first, post_hoc)),
                           Block("list", items=tuple(verdict), id="verdict")]
@@ -233,6 +235,16 @@ def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
                             f"({', '.join(h.metric for h in scores) or 'none'})")
         return found
     return next((h for h in scores if h.metric.endswith("/" + M.EVAL_ACCURACY)), scores[0] if scores else None)
+
+
+def _unplanned(planned: tuple[str, ...], compared: list) -> list[str]:
+    """The line a page gives when its runs make fewer comparisons than the plan registered (an arm without runs):
+    its alpha is then split over the page's comparisons, not the registered ones."""
+    if not planned or len(planned) <= len(compared):
+        return []
+    return [f"The experiment's plan registered {len(planned)} comparisons ({'; '.join(planned)}); these runs give "
+            f"{len(compared)}, so the alpha is split over {len(compared)}, not the registered {len(planned)}: an arm's "
+            "runs are missing; rerun the compare in its folder to run them before reading a claim."]
 
 
 def _planned(heads: list[Headline], metric: str | None) -> str | None:

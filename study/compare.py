@@ -11,7 +11,6 @@ from shlex import quote
 import typer
 
 from gspo.conf.errors import GspoError
-from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.study import until
 from gspo.study.launch import check_launcher
@@ -27,12 +26,6 @@ def again_command(overrides: list[str]) -> str:
     return " ".join(["gspo compare", *(quote(o) for o in overrides if not o.startswith("hydra.sweep.dir="))])
 
 
-def preset_call(again: str, again_dir: Path | None = None) -> SweepCall:
-    """How `gspo compare` asks for a sweep of its plan: the report written by the compare itself, the launcher
-    policy free to run jobs side by side, and the command that resumes it."""
-    return SweepCall(report_hint=False, at_once=True, again=again, again_dir=again_dir)
-
-
 def _say(message: str) -> None:
     typer.echo(message, err=True)
 
@@ -43,19 +36,20 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     command, verdict = f"gspo compare {' '.join(overrides)}".strip(), plan.verdict
     check_launcher(list(plan.overrides), at_once=True)  # before the plan is registered
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
-        primary(arm_config(plan, plan.arms[0] if plan.arms else "").task.name, verdict.primary)
+        primary(arm_config(plan).task.name, verdict.primary)
     for note in plan.notes:
         typer.echo(f"note: {note}", err=True)
     outer = Path(sweep_folder(plan.folder) if plan.folder else f"results/sweeps/{new_stamp()}")  # resolved once
     if verdict.until == Until.RESOLVED:
         return compare_until(plan, outer, command, again_command(overrides))
-    call = preset_call(again_command(overrides), outer)
-    if read_plan(outer) is None and until.legacy_plan(outer) is None and is_sweep(outer):  # an older gspo's compare
+    # the report written here, the launcher policy free to run jobs side by side, the command that resumes it
+    call = SweepCall(report_hint=False, at_once=True, again=again_command(overrides), again_dir=outer)
+    if _older_compare(outer):  # an older gspo's compare: its sweep.json alone checks a rerun
         dirs, lines = [run_sweep(plan.with_keys(hydra__sweep__dir=str(outer)), call)], []
     else:
         dirs, lines = fixed_rounds(plan, outer, call)
     return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
-                        effect=verdict.effect, primary=verdict.primary, rounds=lines)
+                        effect=verdict.effect, primary=verdict.primary, rounds=lines, registered=_registered(outer, plan))
 
 
 def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], list[str]]:
@@ -83,6 +77,15 @@ def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], 
                   "only after seeds were added on seeing the first ones is weaker than its level says."]
 
 
+def _registered(outer: Path, plan: Plan) -> tuple[str | None, ...]:
+    """The page's (primary, *the comparisons the plan registered): fewer on the page are said (report/write.py)."""
+    return plan.verdict.primary, *((read_plan(outer) or {}).get("comparisons") or [])
+
+
+def _older_compare(outer: Path) -> bool:
+    return read_plan(outer) is None and until.legacy_plan(outer) is None and is_sweep(outer)
+
+
 def _round_dir(outer: Path, i: int) -> Path:
     return outer if i == 0 else outer / f"round-{i + 1}"
 
@@ -91,7 +94,7 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     """Rounds of seeds, a group-sequential look after each, then one report over every round."""
     verdict = plan.verdict
     rounds = plan_rounds(plan, verdict)
-    if read_plan(outer) is None and until.legacy_plan(outer) is None and is_sweep(outer):
+    if _older_compare(outer):
         raise GspoError(f"{outer} holds a plain compare (its runs, no until record): an until=resolved experiment there "
                         "would hide it from its report; start it in another hydra.sweep.dir=")
     registered, _ = register(outer, plan, rounds, legacy=until.legacy_plan(outer))
@@ -99,7 +102,7 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     rounds = rounds[:ended["looks"]] if ended else rounds  # a budget spent: its page again, no new round
     typer.echo(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
                f"hydra.sweep.dir={outer} resumes it", err=True)
-    call = preset_call(again, again_dir=outer)
+    call = SweepCall(report_hint=False, at_once=True, again=again, again_dir=outer)
 
     def run_round(i: int, seeds: list[int]) -> Path:
         folder = run_sweep(plan.with_keys(seed=",".join(map(str, seeds)), hydra__sweep__dir=str(outer / f"round-{i}")),
@@ -120,7 +123,7 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     sequential = {metric: done.looks[-1].level} if metric else None
     until.finish(outer, {"rounds": rounds[:len(done.looks)], "seeds": done.seeds,
                          "levels": [lk.level for lk in done.looks], "stop": stop,
-                         "verdict": {k: getattr(verdict, k) for k in VerdictConfig.__dataclass_fields__},
                          "page": {"lines": lines, "sequential": sequential}})
     return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
-                        effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential)
+                        effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential,
+                        registered=_registered(outer, plan))

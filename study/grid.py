@@ -8,9 +8,8 @@ from omegaconf import OmegaConf
 
 from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
-from gspo.conf.overrides import first_job
 from gspo.report.runs import flatten
-from gspo.study.plan import make_plan
+from gspo.study.plan import job_overrides, make_plan
 from gspo.study.presets import sweep_params
 
 MODES = ("job", "all")
@@ -28,17 +27,11 @@ def cfg_mode(overrides: list[str]) -> tuple[str | None, list[str]]:
     return mode, overrides[:at] + overrides[at + 2:]
 
 
-def _job_overrides(name: str, rest: list[str], job: str) -> list[str]:
-    """Job `job`'s overrides: the preset, the command line's unswept ones, the job's swept values."""
-    keys = {o.split("=", 1)[0] for o in job.split()}
-    fixed = [o for o in first_job(rest) if o.split("=", 1)[0] not in keys]
-    return [f"+sweep={name}", *fixed, *job.split()]
-
-
 def grid_text(name: str, rest: list[str], mode: str) -> str:
     """The grid of preset `name` under the overrides `rest`, as `mode` says (MODES)."""
-    jobs = list(make_plan([f"+sweep={name}", *rest], preset=name, params=sweep_params(name)).jobs or [""])
-    configs = [compose_config(_job_overrides(name, rest, job)) for job in jobs]
+    plan = make_plan([f"+sweep={name}", *rest], preset=name, params=sweep_params(name))
+    jobs = list(plan.jobs or [""])
+    configs = [compose_config(job_overrides(plan, job)) for job in jobs]
     flat = [flatten(OmegaConf.to_container(c, resolve=True)) for c in configs]
     keys = [k for k in flat[0] if any(f.get(k) != flat[0][k] for f in flat[1:])]
     lines = [f"# gspo compare preset={name}: {len(jobs)} job(s); each job's swept values, then the resolved keys the "
@@ -47,6 +40,6 @@ def grid_text(name: str, rest: list[str], mode: str) -> str:
         lines.append(f"job {i + 1}/{len(jobs)}: {job or '(no swept key)'}")
         lines += [f"    {k}: {f.get(k)}" for k in keys]
     if mode == "all":
-        lines += [f"# job 1 whole: gspo train --cfg job {' '.join(_job_overrides(name, rest, jobs[0]))}",
+        lines += [f"# job 1 whole: gspo train --cfg job {' '.join(job_overrides(plan, jobs[0]))}",
                   OmegaConf.to_yaml(configs[0]).rstrip()]
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,9 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from gspo.conf.choice_check import near_hint
-from gspo.conf.compose import compose_config
 from gspo.conf.errors import GspoError
-from gspo.conf.overrides import first_job
 
 if TYPE_CHECKING:
     from gspo.study.plan import Plan
@@ -34,18 +33,18 @@ GIB_PER_JOB = 2  # memory allowed per job run at once by default: a job of the e
 
 @dataclass
 class Machine:
-    """What a policy decides from: the sweep (its overrides, the preset's params, its planned jobs) and the machine
-    (cores, memory). `config`: the first job's composed config, composed once when a policy asks."""
+    """What a policy decides from: the sweep's plan (its overrides, the preset's params, its jobs) and the machine
+    (cores, memory). `config`: the first arm's composed config, composed once when a policy asks."""
 
-    overrides: list[str]
-    params: dict[str, str]
-    jobs: int
+    plan: Plan
     cores: int
     memory_gib: float
 
     @cached_property
     def config(self) -> DictConfig:
-        return compose_config(first_job([*(f"{k}={v}" for k, v in self.params.items()), *self.overrides]))
+        from gspo.study.plan import arm_config
+
+        return arm_config(self.plan)
 
 
 Policy = Callable[[Machine], "int | None"]  # jobs at once, or None: no opinion
@@ -67,7 +66,7 @@ def side_by_side_on_cpu(m: Machine) -> int | None:
     to plan, so it runs one at a time. A job with rollout.lag >= 1 runs two workers (the update and the next batch's
     sampler, trainer/step/lagged.py), so it counts for two cores (and two jobs' memory: it holds a copy of the policy)."""
     workers = 2 if lagged(m) else 1
-    n = min(m.cores // workers, m.jobs, int(m.memory_gib // (GIB_PER_JOB * workers)))
+    n = min(m.cores // workers, len(m.plan.jobs or []), int(m.memory_gib // (GIB_PER_JOB * workers)))
     if n < 2 or not plugin_installed(PLUGINS["joblib"]):
         return None
     if m.config.model.name != "tiny" or not _on_cpu(m.config.device):
@@ -77,8 +76,7 @@ def side_by_side_on_cpu(m: Machine) -> int | None:
 
 def lagged(m: Machine) -> bool:
     """Whether any job of the sweep draws its rollouts behind (rollout.lag >= 1, from the command line or the preset)."""
-    said = [o.split("=", 1)[1] for o in m.overrides if o.split("=", 1)[0].lstrip("+") == "rollout.lag"]
-    values = (said[-1] if said else m.params.get("rollout.lag", "0")).split(",")
+    values = (m.plan.given("rollout.lag") or "0").split(",")
     return any(v.strip().isdigit() and int(v) > 0 for v in values)
 
 
@@ -91,9 +89,8 @@ def jobs_at_once(plan: Plan) -> int:
     if any(o.startswith("hydra/launcher=") for o in plan.overrides):
         return 1
     if (asked := given_jobs(list(plan.overrides))) is not None:  # hydra.launcher.n_jobs=N alone: N, as the user said
-        return asked
-    machine = Machine(list(plan.overrides), dict(plan.params), len(plan.jobs or []), os.cpu_count() or 1,
-                      memory_gib())
+        return os.cpu_count() or 1 if asked == -1 else asked
+    machine = Machine(plan, os.cpu_count() or 1, memory_gib())
     for _, policy in POLICIES:
         n = policy(machine)
         if n is not None:
@@ -182,10 +179,8 @@ def check_launcher(overrides: list[str], *, at_once: bool = False) -> None:
             raise GspoError(f"hydra/launcher={name}: no such launcher (available: {', '.join(valid)})"
                             f"{near_hint(name, valid)}")
     _check_plugins(names)
-    given = [o.removeprefix(JOBS) for o in overrides if o.startswith(JOBS)]
-    if not given:
+    if (n := given_jobs(overrides)) is None:
         return
-    n = _jobs_number(given[-1])
     launcher = names[-1] if names else None
     if launcher is not None and not launcher.startswith("joblib"):
         raise GspoError(f"{JOBS}{n}: n_jobs is the joblib launcher's setting; hydra/launcher={launcher} has none "
@@ -195,24 +190,16 @@ def check_launcher(overrides: list[str], *, at_once: bool = False) -> None:
                         "runs one job at a time under Hydra's basic launcher unless told)")
 
 
-def _jobs_number(given: str) -> int:
-    """hydra.launcher.n_jobs= as joblib reads it: jobs at once, or -1 for one per core."""
-    try:
-        n = int(given)
-    except ValueError:
-        n = 0
-    if n < 1 and n != -1:
-        raise GspoError(f"{JOBS}{given}: must be a whole number of jobs run at once, >= 1 (or -1: one per core)")
-    return n
-
-
 def given_jobs(overrides: list[str]) -> int | None:
-    """The jobs at once a command line asks for with hydra.launcher.n_jobs= (-1: one per core), None if none."""
+    """The jobs at once a command line asks for with hydra.launcher.n_jobs=, as joblib reads it (-1: one per core),
+    None if none; another value is one line."""
     given = [o.removeprefix(JOBS) for o in overrides if o.startswith(JOBS)]
     if not given:
         return None
-    n = _jobs_number(given[-1])
-    return os.cpu_count() or 1 if n == -1 else n
+    n = int(given[-1]) if re.fullmatch(r"[+-]?\d+", given[-1].strip()) else 0
+    if n < 1 and n != -1:
+        raise GspoError(f"{JOBS}{given[-1]}: must be a whole number of jobs run at once, >= 1 (or -1: one per core)")
+    return n
 
 
 def _check_plugins(names: list[str]) -> None:

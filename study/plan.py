@@ -1,24 +1,17 @@
-"""The experiment's plan: what a sweep or a compare runs and how it is judged, parsed once from the command line
-and the preset, and registered in the sweep folder (plan.json) before the first run.
-
-Every reader takes the Plan: the sweep (Hydra's argv, sweep.json's jobs), the rounds and the until record (arms,
-seeds), the launcher policy (jobs), `gspo fetch` (each arm's config), the report (the registered primary). A seed
-is one key whatever Hydra form gives it (`seed=`, `+seed=`, `++seed=`, `range(...)`): the command line's
-overrides hold each key once (conf/overrides.py `one_per_key`), so Hydra plans each (arm, seed) once.
-
-plan.json (`record`): the arms (each arm's composed config), the seeds, the primary score and the effect of
-interest, the comparisons' alpha split, the stopping design, the launcher, gspo's version; a rerun in the folder
-composes its own and must match (`register`): a difference is refused in one line naming each one; seeds added to
-a finished fixed plan run as its next round (study/compare.py). Arms provably equal under the config are folded
-before anything runs: what equals what is each algorithm's registration (gspo.algos.register: `same_as`,
-`on_policy_as`), never a name here (`fold_equal_arms`). An until's end (a budget spent) is recorded in it
-(`mark_ended`): a rerun regenerates the page and starts no new round.
+"""The experiment's plan (docs/plan.md): what a sweep or a compare runs and how it is judged, parsed once from the
+command line and the preset (each Hydra key once: `seed=`, `+seed=`, `++seed=`, `range(...)` are one key, so Hydra
+plans each (arm, seed) once) and registered whole in the sweep folder (plan.json) before the first run. Every reader
+takes the Plan: the sweep, the rounds, the launcher policy, `gspo fetch`, the --cfg grid; the report reads plan.json.
+A rerun composes its own and must match (`register`); seeds added to a finished fixed plan are its next round; an
+until's end (a budget spent) is recorded (`mark_ended`). Arms provably equal are folded by each algorithm's
+registration (`same_as`, `on_policy_as`), never a name here (`fold_equal_arms`).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -50,16 +43,20 @@ DESIGN_VERDICT = ("max_seeds", "round_seeds", "spending", "max_minutes")  # an u
 @dataclass(frozen=True)
 class Plan:
     """`overrides`: Hydra's argv (each key once, sweep folder included); `params`: the preset's sweep params;
-    `jobs`: Hydra's job list (None: a search sweeper draws them); `notes`: arms folded before planning."""
+    `notes`: arms folded before planning."""
 
     overrides: tuple[str, ...]
     params: tuple[tuple[str, str], ...] = ()
-    jobs: tuple[str, ...] | None = ()
     command: str = "train"
     preset: str | None = None
     verdict: VerdictConfig = field(default_factory=VerdictConfig)
     resume: bool = False
     notes: tuple[str, ...] = ()
+
+    @cached_property
+    def jobs(self) -> tuple[str, ...] | None:
+        """Hydra's job list, each job's swept values (None: a search sweeper draws them)."""
+        return planned_jobs(list(self.overrides), dict(self.params))  # its one caller: every other reader takes the Plan
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -102,12 +99,7 @@ class Plan:
         names = {k.replace("__", "."): v for k, v in values.items()}
         kept = [o for o in self.overrides if key_of(o) not in names]
         kept += [f"{k}={v}" for k, v in names.items() if v is not None]
-        return replace(self, overrides=tuple(kept), jobs=_jobs(kept, dict(self.params)))
-
-
-def _jobs(overrides: list[str], params: dict[str, str]) -> tuple[str, ...] | None:
-    jobs = planned_jobs(overrides, params)  # the one caller: every other reader takes the Plan
-    return None if jobs is None else tuple(jobs)
+        return replace(self, overrides=tuple(kept))
 
 
 def make_plan(args: list[str], command: str = "train", preset: str | None = None,
@@ -122,8 +114,7 @@ def make_plan(args: list[str], command: str = "train", preset: str | None = None
     notes: list[str] = []
     if command == "train":
         overrides, notes = fold_equal_arms(Plan(tuple(overrides), tuple(params.items())))
-    return Plan(tuple(overrides), tuple(params.items()), _jobs(overrides, params), command, preset,
-                verdict or VerdictConfig(), resume, tuple(notes))
+    return Plan(tuple(overrides), tuple(params.items()), command, preset, verdict or VerdictConfig(), resume, tuple(notes))
 
 
 def fold_equal_arms(plan: Plan) -> tuple[list[str], list[str]]:
@@ -158,10 +149,16 @@ def fold_equal_arms(plan: Plan) -> tuple[list[str], list[str]]:
     return overrides, notes
 
 
-def arm_config(plan: Plan, arm: str) -> DictConfig:
-    """`arm`'s composed config at the plan's first seed (`arm` "": a search sweeper's first point)."""
+def job_overrides(plan: Plan, job: str) -> list[str]:
+    """What job `job` (its swept values; "": a search sweeper's first point) composes: the plan's fixed overrides
+    and its own values."""
     base = plan.fixed if plan.jobs is not None else [o for o in plan.overrides if not o.startswith(("hydra.", "hydra/"))]
-    return compose_config(first_job([*base, *arm.split(), f"seed={plan.seeds[0]}"]))
+    return first_job([*base, *job.split()])
+
+
+def arm_config(plan: Plan, arm: str | None = None) -> DictConfig:
+    """`arm`'s composed config at the plan's first seed (None: the first arm, or a search sweeper's first point)."""
+    return compose_config(job_overrides(plan, f"{(plan.arms or ('',))[0] if arm is None else arm} seed={plan.seeds[0]}"))
 
 
 def arm_configs(plan: Plan) -> dict[str, dict]:
@@ -258,7 +255,7 @@ def check_registered(folder: Path, was: dict, now: dict) -> list[str]:
 def check_ended(folder: Path, was: dict, verdict: VerdictConfig) -> None:
     """An until whose last look spent the rest of alpha has ended: a larger budget cannot reopen it."""
     ended = was.get("ended")
-    if not ended or ended.get("stop") == "settled":
+    if not ended or ended.get("stop") == "settled" or verdict.until != Until.RESOLVED:  # a plain compare: differences
         return
     if (verdict.max_minutes, verdict.max_seeds) != (was["stop"].get("verdict.max_minutes"),
                                                     was["stop"].get("verdict.max_seeds")):

@@ -47,7 +47,7 @@ from gspo.study.launch import (
     launcher_overrides,
     threads,
 )
-from gspo.study.plan import Plan, make_plan
+from gspo.study.plan import Plan, make_plan, register
 from gspo.study.slurm import watched_slurm
 from gspo.study.watch import raw_errors, watched_loky, worker_died
 from gspo.trainer.run.loggers import sweep_note
@@ -100,6 +100,8 @@ def run_sweep(args: list[str] | Plan, call: SweepCall | None = None) -> Path:
     with _gone_unless_started(sweep_dir):
         if call.command == "train":
             stamp = check_sweep_plan(sweep_dir, plan, overrides, stamp)
+            if plan is not args:  # gspo sweep's own plan, registered as a compare's is (study/compare.py)
+                register(sweep_dir, plan)
         write_launch(sweep_dir, Launch(call.command, stamp, plan.swept))
         named = any(o.startswith("hydra/launcher=") for o in overrides)  # else the policy's launcher says n_jobs
         sys.argv = [f"gspo {call.command}", "--multirun", f"hydra.sweep.dir={sweep_dir}", *QUIET,

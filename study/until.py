@@ -1,7 +1,7 @@
 """The record of a `gspo compare verdict.until=resolved` experiment: <dir>/sequential.json.
 
     {"looks": [...],         every look ever made, appended (round, seeds per arm, level, settled, time)
-     "rounds", "seeds", "levels", "stop", "verdict"   the last attempt's outcome (as before)
+     "rounds", "seeds", "levels", "stop"   the last attempt's outcome (its verdict settings: the plan's, plan.json)
      "page": {"lines", "sequential"}}                 what the report page says of the rounds, for `gspo report <dir>`
 
 The experiment's folder is resolved once (`${now:...}` filled in, a default with a random part, so two started in
@@ -33,19 +33,13 @@ def read(outer: Path) -> dict | None:
                        "it records the experiment's design and looks: restore it, or start another hydra.sweep.dir=")
 
 
-def _design(record: dict | None) -> dict | None:
-    """The record's design, a record written before the key was named verdict.primary read as today's."""
-    design = (record or {}).get("design")
-    if design is None:
-        return None
-    return {("verdict.primary" if k == "verdict.metric" else k): v for k, v in design.items()}
-
-
 def legacy_plan(outer: Path) -> dict | None:
-    """The plan an experiment of an older gspo (no plan.json) was run with, from its sequential.json design."""
-    design = _design(read(outer))
+    """The plan an experiment of an older gspo (no plan.json) was run with, from its sequential.json design (one
+    written before the key was named verdict.primary read as today's)."""
+    design = (read(outer) or {}).get("design")
     if design is None:
         return None
+    design = {("verdict.primary" if k == "verdict.metric" else k): v for k, v in design.items()}
     rounds = design.get("rounds") or [[]]
     return {"gspo": "before plan.json", "arms": design.get("config") or {}, "seeds": [str(s) for s in rounds[0]],
             "primary": design.get("verdict.primary"), "effect": design.get("verdict.effect"), "launcher": [],

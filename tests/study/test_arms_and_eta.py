@@ -66,7 +66,7 @@ def test_a_new_launcher_policy_is_one_function_and_one_registration(monkeypatch)
     params = {"seed": "0,1,2", "algo": "grpo,gspo"}
     assert launch.jobs_at_once(make_plan(["+sweep=compare"], params=params)) == 1
     monkeypatch.setattr(launch, "POLICIES", list(launch.POLICIES))  # the test's registration is undone after it
-    launch.register_policy("three_at_once", lambda m: 3 if m.jobs >= 3 and m.config.model.name == "tiny" else None)
+    launch.register_policy("three_at_once", lambda m: 3 if len(m.plan.jobs) >= 3 and m.config.model.name == "tiny" else None)
     assert launch.jobs_at_once(make_plan(["+sweep=compare"], params=params)) == 3
     assert launch.launcher_overrides(3) == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=3"]
     assert launch.jobs_at_once(make_plan(["+sweep=compare", "seed=0", "algo=grpo,gspo"])) == 1  # 2 jobs: no opinion

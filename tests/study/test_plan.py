@@ -37,6 +37,7 @@ def test_a_plan_whose_preset_or_defaults_changed_is_refused_naming_each_change(s
     path = tmp_path / "c" / "plan.json"
     registered = json.loads(path.read_text())
     assert registered["seeds"] == ["0", "1"] and registered["comparisons"] == ["algo=gspo vs algo=grpo"]
+    assert stand_ins.report[1]["registered"] == (None, "algo=gspo vs algo=grpo")  # the page reads the comparisons
     for arm in registered["arms"].values():  # as if the preset had said 30 steps when the plan was registered
         arm["train.steps"] = 30
     registered["arms"]["algo=grpo"]["algo.clip_high"] = 0.3  # and an older default of GRPO's
@@ -82,6 +83,14 @@ def test_an_until_into_a_plain_compares_folder_is_refused(stand_ins, tmp_path):
     assert str(e.value) == ("old holds a plain compare (its runs, no until record): an until=resolved experiment there "
                             "would hide it from its report; start it in another hydra.sweep.dir=")
     assert [f.name for f, _ in stand_ins.sweeps] == ["c"]
+    compare_with("hydra.sweep.dir=u")  # the reverse: a plain compare into an until's folder
+    with pytest.raises(GspoError, match=r'u holds a registered plan .*changes: verdict.until="resolved" -> "none"'):
+        compare_with("hydra.sweep.dir=u", until=False)
+    (tmp_path / "u" / "plan.json").unlink()  # an older gspo's until: its design in sequential.json alone
+    record = json.loads((tmp_path / "u" / "sequential.json").read_text())
+    (tmp_path / "u" / "sequential.json").write_text(json.dumps(record | {"design": {"rounds": [[0, 1], [2, 3]]}}))
+    with pytest.raises(GspoError, match=r'u holds a registered plan .*verdict.until="resolved" -> "none"'):
+        compare_with("hydra.sweep.dir=u", until=False)
 
 
 def test_an_until_ended_by_its_time_budget_reruns_its_page_and_never_a_new_round(stand_ins, tmp_path):
@@ -95,12 +104,17 @@ def test_an_until_ended_by_its_time_budget_reruns_its_page_and_never_a_new_round
     assert str(e.value) == ("u: the experiment ended at look 1 (time budget spent: that look spent the rest of alpha), "
                             "so a larger budget cannot add looks to it; start a new experiment with its own seeds in "
                             "another hydra.sweep.dir= (the same command reruns its page)")
+    compare_with("hydra.sweep.dir=s")  # its seed budget spent at its last look: recorded as final too
+    assert json.loads((tmp_path / "s" / "plan.json").read_text())["ended"] == {"looks": 2, "stop": "seeds"}
+    with pytest.raises(GspoError, match=r"^s: the experiment ended at look 2 \(seeds budget spent: that look spent "
+                                        r"the rest of alpha\), so a larger budget cannot add looks to it; start a new"):
+        compare_with("hydra.sweep.dir=s", "verdict.max_seeds=6")
 
 
-def _sweep_of_fake_runs(root: Path, primary: str | None) -> Path:
+def _sweep_of_fake_runs(root: Path, primary: str | None, name: str = "sweep") -> Path:
     """A compare's folder as gspo writes it (job records, sweep.json, plan.json), of runs written by hand: GSPO's
     held-out accuracy and training reward well above GRPO's at every seed."""
-    sweep = root / "sweep"
+    sweep = root / name
     runs = [fake_run(root / "runs", algo, s, level=0.5 if algo == "grpo" else 0.9)
             for s in range(4) for algo in ("grpo", "gspo")]
     for num, run in enumerate(runs):
@@ -128,6 +142,34 @@ def test_a_primary_other_than_the_registered_one_is_post_hoc_never_resolved(tmp_
         "  held-out accuracy [primary]: GSPO - GRPO")  # the registered primary, named: no post hoc
 
 
+def test_the_report_takes_the_registered_primary_unless_told_and_marks_another_post_hoc_in_an_until(tmp_path):
+    from gspo.cli.main import app
+
+    sweep = _sweep_of_fake_runs(tmp_path, primary="reward/mean")
+    plan = json.loads((sweep / "plan.json").read_text())  # the plan's cispo arm has no runs here
+    (sweep / "plan.json").write_text(json.dumps(plan | {"comparisons": ["algo=gspo vs algo=grpo",
+                                                                        "algo=cispo vs algo=grpo"]}))
+    result = CliRunner().invoke(app, ["report", str(sweep), "--wandb", "disabled"], env={"COLUMNS": "200"})
+    verdict = result.stdout.split("verdict:\n", 1)[1].splitlines()
+    assert verdict[0].startswith("  training reward [primary]: GSPO - GRPO = +") and "post hoc" not in verdict[0]
+    assert "  The experiment's plan registered 2 comparisons (algo=gspo vs algo=grpo; algo=cispo vs algo=grpo); " \
+           "these runs give 1, so the alpha is split over 1, not the registered 2" in "\n".join(verdict)
+    until = tmp_path / "u"  # an until=resolved experiment: its page answered held-out accuracy
+    _sweep_of_fake_runs(tmp_path / "again", primary=None, name="../u/round-1")
+    (until / "plan.json").write_text(json.dumps({"arms": {}, "seeds": ["0", "1", "2", "3"], "rounds": [[0, 1, 2, 3]],
+                                                 "stop": {"until": "resolved"}, "primary": None}))
+    (until / "sequential.json").write_text(json.dumps({"rounds": [[0, 1, 2, 3]], "looks": [], "page": {
+        "lines": ["Round 1 (4 seeds per arm): level 0.01 per comparison"],
+        "sequential": {"eval/arith/accuracy": 0.01}}}))
+    result = CliRunner().invoke(app, ["report", str(until), "--wandb", "disabled", "--primary", "reward/mean"],
+                                env={"COLUMNS": "200"})  # seen: refused
+    assert result.exit_code == 0, (result.output, result.exception)
+    first = result.stdout.split("verdict:\n", 1)[1].splitlines()[0]
+    assert first.startswith("  training reward [primary, post hoc]: GSPO - GRPO = +") and "resolved (" not in first
+    assert "chosen at report time (--primary), not the one the experiment's plan registered" in \
+        (until / "report" / "report.md").read_text()
+
+
 def test_a_copied_run_is_one_seed_not_two(tmp_path):
     runs = [fake_run(tmp_path / "r", algo, s) for algo in ("grpo", "gspo") for s in range(2)]
     copy = tmp_path / "elsewhere" / "gspo-copy"
@@ -135,12 +177,69 @@ def test_a_copied_run_is_one_seed_not_two(tmp_path):
     report = write_report([*runs, copy], tmp_path / "out", wandb="disabled")
     assert list(report.headline["n"]) == [2, 2]
     assert f"{copy}: the same arm and seed as {runs[-1]} (a copy): counted once" in report.notes
+    for name, listed in (("a", runs), ("b", [copy, runs[0]])):  # two sweep folders listing the run and its copy
+        for num, run in enumerate(listed):
+            write_job_record(tmp_path / name, num, {"run_dir": str(run)})
+    report = write_report([tmp_path / "a", tmp_path / "b", runs[0]], tmp_path / "out2", wandb="disabled")
+    assert list(report.headline["n"]) == [2, 2]  # (arm, seed) once, whatever folders it is found in
 
 
 def test_report_reads_a_plans_rounds_and_its_registered_primary(tmp_path):
     write_plan(tmp_path / "c", {"arms": {}, "seeds": ["0", "1", "2"], "stop": {"until": "none"},
                                 "rounds": [["0", "1"], ["2"]], "primary": "reward/mean"})
     assert report_plan([tmp_path / "c"]) == ([tmp_path / "c", tmp_path / "c" / "round-2"], ("reward/mean",))
+    write_plan(tmp_path / "d", {"arms": {}, "seeds": ["0"], "stop": {}, "rounds": [["0"]], "primary": None,
+                                "comparisons": ["algo=gspo vs algo=grpo", "algo=cispo vs algo=grpo"]})
+    assert report_plan([tmp_path / "d"])[1] == (None, "algo=gspo vs algo=grpo", "algo=cispo vs algo=grpo")
     (tmp_path / "old" / "runs").mkdir(parents=True)  # an older gspo's sweep: compare's default primary
     assert report_plan([tmp_path / "old"]) == ([tmp_path / "old"], (None,))
     assert report_plan([tmp_path / "a-run"]) == ([tmp_path / "a-run"], ())  # runs named one by one: no plan
+
+
+def test_gspo_sweep_registers_its_plan_and_a_rerun_under_another_default_is_refused(tmp_path, monkeypatch):
+    """Before: only gspo compare wrote plan.json; a sweep's rerun compared its overrides alone, so a changed default
+    (a gspo update) trained its remaining jobs under another config than its first ones."""
+    import sys
+
+    from gspo.study import sweep as sweep_cli
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sweep_cli, "hydra_job", lambda: None)  # no job runs: the plan is registered before any
+    monkeypatch.chdir(tmp_path)
+    args = ["algo=grpo,gspo", "++seed=0,1", "train.steps=2", "hydra.sweep.dir=s"]
+    sweep_cli.run_sweep(args)
+    registered = json.loads((tmp_path / "s" / "plan.json").read_text())
+    assert list(registered["arms"]) == ["algo=grpo", "algo=gspo"] and registered["seeds"] == ["0", "1"]
+    assert len(json.loads((tmp_path / "s" / "sweep.json").read_text())["jobs"]) == 4  # 2 arms x 2 seeds
+    registered["arms"]["algo=gspo"]["train.lr"] = 0.0005  # as if gspo's default had been another then
+    (tmp_path / "s" / "plan.json").write_text(json.dumps(registered))
+    with pytest.raises(GspoError, match=r"^s holds a registered plan \(plan.json, gspo .*\) that this command changes: "
+                                        r"train.lr=0.0005 -> 0.0001 in arm algo=gspo; rerun it as registered"):
+        sweep_cli.run_sweep(args)
+
+
+def test_the_seed_is_parsed_in_the_plan_alone_and_jobs_planned_in_one_place():
+    """Before the plan: the seed list was parsed as text in 5 places and the job list expanded in 4."""
+    import re
+
+    import gspo.study
+
+    root = Path(gspo.study.__file__).resolve().parents[1]
+    sources = {p: p.read_text() for p in root.rglob("*.py") if "tests" not in p.relative_to(root).parts}
+    assert [p for p, text in sources.items() if 'startswith("seed=' in text] == []
+    calls = [(p.name, m) for p, text in sources.items() for m in re.findall(r"(?<!def )planned_jobs\(", text)]
+    assert calls == [("plan.py", "planned_jobs(")]
+
+
+def test_separate_groups_are_not_told_they_lack_the_plans_comparisons(tmp_path):
+    """A plan's comparisons span every group of `gspo report --separate`: each group's page reads its primary only."""
+    from gspo.report import write_groups
+
+    runs = [fake_run(tmp_path / f"runs{steps}", algo, s, steps=steps)
+            for steps in (8, 12) for algo in ("grpo", "gspo") for s in range(2)]
+    registered = (None, "algo=gspo train.steps=8 vs algo=grpo train.steps=8",
+                  "algo=gspo train.steps=12 vs algo=grpo train.steps=12")
+    groups = write_groups(runs, tmp_path / "out", wandb="disabled", registered=registered)
+    assert len(groups) == 2 and not any("plan registered" in line for _, r in groups for line in r.verdict)
+    one = write_report(runs[:4], tmp_path / "one", wandb="disabled", registered=registered)
+    assert any("The experiment's plan registered 2 comparisons" in line for line in one.verdict)

@@ -190,9 +190,10 @@ def write_plan(folder: Path, plan: dict) -> None:
 
 def report_plan(paths: list[Path]) -> tuple[list[Path], tuple[str | None, ...]]:
     """For `gspo report`: (the folders to read, a registered plan's later rounds added; (the primary score it
-    registered,)): an older gspo's sweep registered compare's default (held-out accuracy), runs named one by one
-    register nothing (empty)."""
+    registered, *its comparisons)): an older gspo's sweep registered compare's default (held-out accuracy), runs
+    named one by one register nothing (empty)."""
     if len(paths) == 1 and (plan := read_plan(paths[0])) is not None:
         rounds = range(2, len(plan.get("rounds") or []) + 1)
-        return [paths[0], *(paths[0] / f"round-{i}" for i in rounds)], (plan.get("primary"),)
+        return ([paths[0], *(paths[0] / f"round-{i}" for i in rounds)],
+                (plan.get("primary"), *map(str, plan.get("comparisons") or [])))
     return paths, (None,) if any(is_sweep(p) for p in paths) else ()
