@@ -2,9 +2,9 @@
 (tests/slurm_cluster.py; no mock of sbatch, squeue or scancel anywhere), jobs submitted through Hydra's submitit
 launcher (`hydra/launcher=slurm`, watched by study/slurm.py).
 
-- a compare of 2 arms x 2 seeds through Slurm gives every run the final held-out accuracy the same compare gives
-  through the local launcher, each job's state and eval lines reach the terminal, and the report says which
-  Slurm job ran each run;
+- a compare of 2 arms x 2 seeds through Slurm (as verdict.until=resolved: its parent plans the rounds, each
+  round an array) gives every run the final held-out accuracy the same compare gives through the local
+  launcher, each job's state and eval lines reach the terminal, and the report says which Slurm job ran each run;
 - a job of 2 tasks is one data-parallel run of 2 ranks: the same step as torchrun's 2 processes and as one
   process (tests/ranks.py's tolerance);
 - faults: a job cancelled with scancel is one line (its id, what happened, its log), and the same command resumes
@@ -65,38 +65,48 @@ def on_slurm(gspo, cluster):
 
 
 def _runs(sweep: Path) -> dict[tuple[str, int], list[dict]]:
-    """(algo, seed) -> the run's metrics rows (timings left out), for every run the sweep's job records name."""
+    """(algo, seed) -> the run's metrics rows (timings left out), for every run the job records under `sweep`
+    name (an until's rounds included: each round-<i> is a sweep folder of its own)."""
     out = {}
-    for record in sorted((sweep / "runs").glob("*.json")):
-        rows = without_timing(read_jsonl(job_run_dir(sweep, json.loads(record.read_text())) / "metrics.jsonl"))
-        said = dict(o.split("=", 1) for o in json.loads(record.read_text())["overrides"].split())
+    for record in sorted(sweep.rglob("runs/*.json")):
+        job = json.loads(record.read_text())
+        rows = without_timing(read_jsonl(job_run_dir(record.parent.parent, job) / "metrics.jsonl"))
+        said = dict(o.split("=", 1) for o in job["overrides"].split())
         out[(said["algo"], int(said["seed"]))] = rows
     return out
 
 
 def test_a_compare_through_slurm_gives_the_local_compares_runs_and_says_where_they_ran(on_slurm, tmp_path):
-    common = ["compare", *TINY, "seed=0,1", "train.steps=2", *QUIET]
-    local = on_slurm(*common, "hydra.sweep.dir=local", f"output_dir={tmp_path / 'local-runs'}", cwd=tmp_path)
+    """The same 2 arms x 2 seeds through the local launcher (one plain compare) and through Slurm as
+    verdict.until=resolved: the command plans the rounds here and looks after each, and every round's jobs are a
+    job array of their own (2 rounds of one seed per arm: the seed budget ends it, as one seed cannot resolve)."""
+    common = ["compare", *TINY, "train.steps=2", *QUIET]
+    local = on_slurm(*common, "seed=0,1", "hydra.sweep.dir=local", f"output_dir={tmp_path / 'local-runs'}",
+                     cwd=tmp_path)
     assert local.returncode == 0, local.stderr[-3000:]
-    slurm = on_slurm(*common, *ON_SLURM, "hydra.sweep.dir=slurm", f"output_dir={tmp_path / 'slurm-runs'}", cwd=tmp_path)
+    slurm = on_slurm(*common, "seed=0", "verdict.until=resolved", "verdict.round_seeds=1", "verdict.max_seeds=2",
+                     *ON_SLURM, "hydra.sweep.dir=slurm", f"output_dir={tmp_path / 'slurm-runs'}", cwd=tmp_path)
     assert slurm.returncode == 0, slurm.stderr[-3000:]
+    record = json.loads((tmp_path / "slurm" / "sequential.json").read_text())
+    assert len(record["looks"]) == 2
 
     # every run trains the same: each step's metrics (the final held-out accuracy among them), timings aside
     local_runs, slurm_runs = _runs(tmp_path / "local"), _runs(tmp_path / "slurm")
     assert sorted(slurm_runs) == [("grpo", 0), ("grpo", 1), ("gspo", 0), ("gspo", 1)]
     assert slurm_runs == local_runs
     assert all("eval/arith/accuracy" in rows[-1] for rows in slurm_runs.values())
-    # the terminal: the array, each job's state as it changes, and its own eval lines relayed with its id
-    assert "slurm: 4 job(s) submitted as array" in slurm.stderr
+    # the terminal: an array a round, each job's state as it changes, and its own eval lines relayed with its id
+    assert slurm.stderr.count("slurm: 2 job(s) submitted as array") == 2
     running = [x for x in slurm.stderr.splitlines() if "): RUNNING on " in x]
-    assert len(running) == 4 and any("(job 1/4: " in x and "algo=grpo" in x and "seed=0" in x for x in running)
+    assert len(running) == 4 and any("(job 1/2: " in x and "algo=grpo" in x and "seed=0" in x for x in running)
     assert "(torch threads 1)" in slurm.stderr  # the CPU Slurm gave the task (cpus_per_task=1)
     assert "Bypassing sacct" not in slurm.stderr  # accounting is off here: squeue answers, sacct is never polled
-    ids = [json.loads(r.read_text())["slurm_job"] for r in sorted((tmp_path / "slurm" / "runs").glob("*.json"))]
+    ids = [json.loads(r.read_text())["slurm_job"] for r in sorted((tmp_path / "slurm").rglob("runs/*.json"))]
+    assert len(ids) == 4 and all(ids)
     for job_id in ids:
         assert f"slurm job {job_id}: step 2: eval/arith/accuracy" in slurm.stderr
     # the report: which Slurm job ran each run
-    report = (tmp_path / "slurm" / "report" / "report.md").read_text()
+    report = next((tmp_path / "slurm").rglob("report.md")).read_text()
     assert "slurm job" in report and all(job_id in report for job_id in ids)
     assert "slurm job" not in (tmp_path / "local" / "report" / "report.md").read_text()
 
@@ -148,7 +158,7 @@ def test_cancelled_and_preempted_jobs_resume_to_the_uninterrupted_runs_numbers(o
     """Three sweeps of the same run side by side: one left alone, one cancelled with scancel (then the same
     command again), one preempted (USR2, the signal Slurm's preemption sends submitit: it requeues the job). Each
     run saves every 5 steps."""
-    args = ["sweep", *TINY, "algo=gspo", f"seed={LEARNING_SEED}", "train.steps=80", "train.save_every=5",
+    args = ["sweep", *TINY, "algo=gspo", f"seed={LEARNING_SEED}", "train.steps=30", "train.save_every=5",
             "train.eval_every=0", *QUIET, *ON_SLURM]
     command = {name: [*args, f"hydra.sweep.dir={name}", f"output_dir={tmp_path / name / 'out'}"]
                for name in ("alone", "cancelled", "preempted")}
@@ -156,7 +166,7 @@ def test_cancelled_and_preempted_jobs_resume_to_the_uninterrupted_runs_numbers(o
     acts = {"cancelled": ("scancel",), "preempted": ("scancel", "--signal=USR2")}
     ids: dict[str, tuple[str, Path]] = {}
     deadline = time.monotonic() + 600
-    while len(ids) < len(acts):  # each acted on as soon as its run has logged step 8 (a run takes ~30 s quiet)
+    while len(ids) < len(acts):  # each acted on as soon as its run has logged step 8 (a run of 30 steps takes ~12 s quiet)
         assert time.monotonic() < deadline, f"timed out waiting for step 8 of {set(acts) - set(ids)}"
         for name in set(acts) - set(ids):
             if got := _logged_step(tmp_path / name, 8):
@@ -185,9 +195,9 @@ def test_cancelled_and_preempted_jobs_resume_to_the_uninterrupted_runs_numbers(o
     assert f"slurm job {preempted}: sweep job 1/1" in outs["preempted"][1].split("RUNNING")[-1]  # it started again
     assert json.loads((preempted_run / "run.json").read_text())["slurm_jobs"] == [preempted]
 
-    alone = _logged_step(tmp_path / "alone", 80)[1]
+    alone = _logged_step(tmp_path / "alone", 30)[1]
     for name in ("cancelled", "preempted"):
-        run = _logged_step(tmp_path / name, 80)[1]
+        run = _logged_step(tmp_path / name, 30)[1]
         assert json.loads((run / "run.json").read_text())["status"] == "finished"
         assert without_timing(read_jsonl(run / "metrics.jsonl")) == without_timing(read_jsonl(alone / "metrics.jsonl"))
         assert without_timing(read_jsonl(run / "evals.jsonl")) == without_timing(read_jsonl(alone / "evals.jsonl"))
@@ -210,17 +220,3 @@ def test_a_job_over_its_memory_limit_is_one_line_and_the_other_run_is_kept(on_sl
     assert result.stderr.splitlines()[-1].startswith("error: 1 of 2 Slurm job(s) did not finish")
     kept = job_run_dir(tmp_path / "sw", json.loads((tmp_path / "sw" / "runs" / "0.json").read_text()))
     assert json.loads((kept / "run.json").read_text())["status"] == "finished"
-
-
-def test_until_resolved_plans_its_rounds_here_and_runs_each_through_slurm(on_slurm, tmp_path):
-    """verdict.until=resolved: the command plans the rounds and looks after each; every round's jobs are a job
-    array of their own (here 2 rounds of one seed per arm: the seed budget ends it)."""
-    result = on_slurm("compare", *TINY, "seed=0", "train.steps=1", *QUIET, "verdict.until=resolved",
-                      "verdict.round_seeds=1", "verdict.max_seeds=2", *ON_SLURM, "hydra.sweep.dir=until",
-                      f"output_dir={tmp_path / 'runs'}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr.count("slurm: 2 job(s) submitted as array") == 2  # one array a round
-    record = json.loads((tmp_path / "until" / "sequential.json").read_text())
-    assert len(record["looks"]) == 2
-    jobs = [json.loads(f.read_text()) for f in sorted((tmp_path / "until").rglob("runs/*.json"))]
-    assert len(jobs) == 4 and all(j.get("slurm_job") for j in jobs)
