@@ -42,11 +42,10 @@ TIS"; verl's own ActorConfig default is 3.0). The loss is -J. Departures and cho
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -60,6 +59,11 @@ from .common import (
     valid_tokens,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 BINARY_KL_EPS = 1e-8  # verl's, inside log((1 - q + eps) / (1 - p + eps))
 

@@ -18,14 +18,17 @@ Departures and choices:
 from __future__ import annotations
 
 from functools import partial
-
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation, Ratio
 
 from .common import STANDARD_METRICS, LossInputs, aggregate, seq_lengths, seq_mean
 from .gspo import sequence_objective
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 
 @register("luspo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation="seq_mean_token_sum", card=(

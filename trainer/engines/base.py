@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gspo.trainer.engines.rollout import Rollout
+if TYPE_CHECKING:  # engines/rollout.py imports torch; the registry reads this module without it
+    from gspo.trainer.engines.rollout import Rollout
 
 
 @dataclass(frozen=True)
