@@ -2,8 +2,8 @@
 (`EngineKind`, in engines/registry.py, as algorithms, tasks and benchmarks have theirs).
 
 The trainer asks an engine's capabilities, never its name: a new engine (SGLang, a remote server) is one
-module with a class that has `generate`, `tokenizer`, `sync_weights`, one `register_engine(...)` call
-(engines/registry.py) and one yaml in conf/rollout/ with its `engine:` name.
+module with a class that has `generate`, `tokenizer`, `sync_weights`, one `register_engine_module(...)`
+call (engines/registry.py) and one yaml in conf/rollout/ with its `engine:` name.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def _deferred(module: str, name: str) -> Callable:
     return call
 
 
-def _engine_module(name: str, module: str, **kind) -> EngineKind:
+def register_engine_module(name: str, module: str, **kind) -> EngineKind:
     """Register the engine `name` whose build, capabilities and require are those of `module` (imported on first use)."""
     return register_engine(EngineKind(name, build=_deferred(module, "build"), capabilities=_deferred(module, "capabilities"),
                                       **kind))
@@ -51,9 +51,9 @@ def _engine_module(name: str, module: str, **kind) -> EngineKind:
 
 # auto_rank: vLLM first where it can serve the config (its own kernels, paged KV cache: the faster sampler on a GPU),
 # the hf engine, which runs everywhere, otherwise
-_engine_module("hf", "gspo.trainer.engines.hf_engine", auto_rank=1,
+register_engine_module("hf", "gspo.trainer.engines.hf_engine", auto_rank=1,
                describe=lambda r: f"hf engine ({r.sampler} sampler), dtype {r.dtype}")
-_engine_module("vllm", "gspo.trainer.engines.vllm_engine", auto_rank=0,
+register_engine_module("vllm", "gspo.trainer.engines.vllm_engine", auto_rank=0,
                require=_deferred("gspo.trainer.engines.vllm_engine", "require"),
                describe=lambda r: f"vllm engine, dtype {r.vllm_dtype}")
 
