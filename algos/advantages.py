@@ -26,11 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Advantage, AdvScale
+from gspo.vocab.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
@@ -190,7 +194,7 @@ def gdpo_advantages(components: Tensor, group_size: int, *, eps: float = 1e-6, s
 # ---------------------------------------------------------------------------------------------------
 # The estimator registry: `algo.advantage` names one.
 
-EstimatorFn = Callable[..., Tensor]  # (rewards [N], group_size, *, eps, scale, steps, components) -> [N] or [N, T]
+EstimatorFn = Callable[..., "Tensor"]  # (rewards [N], group_size, *, eps, scale, steps, components) -> [N] or [N, T]
 
 
 @dataclass(frozen=True)

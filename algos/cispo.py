@@ -24,11 +24,10 @@ The bounds act on the weight, which carries no gradient: every token keeps its g
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     ANCHOR_TRAINER,
@@ -43,6 +42,11 @@ from .common import (
     valid_tokens,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 @dataclass(frozen=True)

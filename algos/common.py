@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 from gspo.vocab.metrics import (
     CLIP_HIGH_FRAC,
     CLIP_LOW_FRAC,
@@ -36,6 +35,11 @@ from gspo.vocab.metrics import (
     STANDARD,
     reductions,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 # Upper bound on a log importance ratio before exp(). exp(10) ~ 2.2e4 is far outside any clip band,
 # so the bound only changes a loss that is already pathological, and it keeps exp() finite in

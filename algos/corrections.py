@@ -41,10 +41,10 @@ Departures and choices:
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Correction, Level
+from gspo.vocab.lazy import lazy_module
 from gspo.vocab.metrics import (
     CORRECTION_APPLIED,
     CORRECTION_MASKED,
@@ -62,6 +62,11 @@ from .common import (
     token_log_ratio,
     valid_tokens,
 )
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 KINDS, LEVELS = Correction.values, Level.RESOLVED  # the vocabulary's (gspo.vocab.choices), computed here
 

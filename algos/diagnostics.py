@@ -24,9 +24,9 @@ functions with no data-dependent branch: no host sync, they run on any device (m
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
+from gspo.vocab.lazy import lazy_module
 from gspo.vocab.metrics import (
     DIAG_LEN_CORR_SEQ,
     DIAG_LEN_CORR_TOKEN,
@@ -42,6 +42,11 @@ from gspo.vocab.metrics import (
 )
 
 from .common import MAX_LOG_RATIO, out_of_band, seq_log_ratio, token_log_ratio, valid_tokens
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 LENGTH_BUCKETS = (1, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097)  # [lo, hi) edges in tokens
 

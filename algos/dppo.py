@@ -55,11 +55,10 @@ while r < c, another value (conf/algo/dppo_ipo.yaml sets the whole loss).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -73,6 +72,11 @@ from .common import (
     valid_tokens,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 BINARY_KL_EPS = 1e-8  # verl's, inside log((1 - q + eps) / (1 - p + eps))
 MASK_SIGN, MASK_IPO = "sign", "ipo"

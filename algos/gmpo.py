@@ -22,10 +22,10 @@ as in GSPO. The loss is -J. Departures and choices:
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation, Ratio
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -39,6 +39,11 @@ from .common import (
     valid_tokens,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 @register("gmpo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation="seq_mean", card=(

@@ -24,11 +24,10 @@ The loss is -J. Departures and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -42,6 +41,11 @@ from .common import (
     sign_aware_clip,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 GRPO_CARD = ("ratio      token: r_it = exp(logp_it - old_logp_it), the log-ratio bounded above by 10\n"
              "objective  J_it = min(r_it A_i, clip(r_it, {lo}, {hi}) A_i): a clipped token has no gradient")

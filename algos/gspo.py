@@ -18,10 +18,10 @@ Departures and choices:
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation, Ratio
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -38,6 +38,11 @@ from .common import (
     valid_tokens,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 @register("gspo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation="seq_mean", on_policy_as="grpo", card=(

@@ -20,10 +20,10 @@ Departures and choices:
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation, Ratio
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -39,6 +39,11 @@ from .common import (
     token_log_ratio,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 @register("gspo_token", metrics=STANDARD_METRICS, token_advantages=True, ratio=Ratio.GEOMETRIC,

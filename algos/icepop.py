@@ -23,11 +23,10 @@ clip acts as GRPO's. The loss is -J. Departures and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import ICEPOP_BAND, Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -41,6 +40,11 @@ from .common import (
     token_log_ratio,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,16 @@ Departures and choices:
 
 from __future__ import annotations
 
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation, Ratio
 
 from .common import STANDARD_METRICS, LossInputs, seq_lengths, seq_mean
 from .gspo import sequence_objective
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @register("luspo", metrics=STANDARD_METRICS, ratio=Ratio.GEOMETRIC, aggregation=Aggregation.SEQ_MEAN_TOKEN_SUM, card=(

@@ -25,11 +25,10 @@ always kept. The loss is -J. Departures and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 from gspo.vocab.metrics import OPSM_MASKED, reductions
 
 from .common import (
@@ -48,6 +47,11 @@ from .common import (
     token_log_ratio,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from gspo.vocab.algorithms import TITLES
 from gspo.vocab.choices import Ratio
@@ -29,7 +27,11 @@ from gspo.vocab.reductions import REDUCTIONS
 
 from .common import LossInputs
 
-LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+LossFn = Callable[..., tuple["Tensor", dict[str, "Tensor"]]]  # Tensor: torch's, named for type checkers only
 
 # Arguments every algorithm takes.
 REQUIRED = ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high")

@@ -20,11 +20,10 @@ stable ones). The loss is -J. Departures and choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     MAX_LOG_RATIO,
@@ -36,6 +35,11 @@ from .common import (
     ratio_metrics,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,14 @@ of the punished interval at its end. Departures and choices:
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
+
+from gspo.vocab.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 
 def overlong_penalty(lengths: Tensor, *, max_len: int, buffer: float) -> Tensor:

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.vocab.choices import Aggregation
+from gspo.vocab.lazy import lazy_module
 
 from .common import (
     STANDARD_METRICS,
@@ -40,6 +39,11 @@ from .common import (
     valid_tokens,
 )
 from .registry import register
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+torch = lazy_module("torch")  # runs at its first use: the registry reads names and cards without it (vocab/lazy.py)
 
 TOKEN_LOG_BOUND = 20.0  # TRL's bound on each token's log-ratio
 SEQ_LOG_BOUNDS = (math.log(1e-8), 20.0)  # and on their sum

@@ -1,7 +1,7 @@
 """The `gspo` console script: a first line at once, then the command line proper (gspo.cli.main).
 
-Importing torch, transformers, pandas and matplotlib takes 6-10 s on a small CPU (20 s under load) before
-a command can print anything; a user at a terminal sees this module's line instead of a silent wait. Only
+Importing torch, transformers, pandas and matplotlib takes 6-10 s on a small CPU and minutes under load (54 s at
+load 3 and 3-5.5 min at load 15 on the 2-core VM, issue 60) before a command can print anything; a user at a terminal sees this module's line instead of a silent wait. Only
 on a terminal: piped or captured output (scripts, tests) is exactly the command's own. This module
 imports nothing heavy, and nothing of the project until the line is out.
 """
@@ -19,8 +19,9 @@ def first_line(argv: list[str]) -> str | None:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in SLOW or any(a in HELP for a in argv):
         return None
-    libraries = "pandas and matplotlib" if command == "report" else "torch and its libraries"  # report: no torch
-    return f"gspo {command}: starting (loading {libraries} takes a few seconds)"
+    if command == "report":  # no torch
+        return f"gspo {command}: starting (loading pandas and matplotlib takes a few seconds)"
+    return f"gspo {command}: starting (loading torch and its libraries: seconds on a quiet machine, minutes on a busy one)"
 
 
 def main() -> None:

@@ -117,17 +117,22 @@ def explain(
     from gspo.conf import compose_config
 
     config = compose_config(list(overrides or []))
-    from gspo.trainer.engines.registry import resolve_engine
-    from gspo.trainer.parallel.distributed import World
-    from gspo.trainer.preflight import check_routing_replay, replay_needs
-    from gspo.trainer.step.advantages import check_algorithm  # torch: once the config composes
+    from gspo.trainer.engines.registry import AUTO
+    from gspo.trainer.step.advantages import check_algorithm  # no torch: vocab/lazy.py
     from gspo.trainer.step.explain import estimator_card
     from gspo.trainer.tasks.registry import build_task
+    from gspo.vocab.choices import Replay
 
     if config.task.kind == "arith":  # the other tasks read their dataset to build; the card does not need it
         check_algorithm(config.algo, build_task(config.task))
-    config.rollout.engine = resolve_engine(config, needs=replay_needs(config.algo))  # rollout=auto: a run's pick
-    check_routing_replay(config, World(0, int(os.environ.get("WORLD_SIZE", "1"))))  # no card for a run preflight refuses
+    if config.rollout.engine == AUTO or config.algo.routing_replay != Replay.NONE:
+        # rollout=auto's pick (a run's) and Routing Replay's rules ask the engines and the model's config: torch
+        from gspo.trainer.engines.registry import resolve_engine
+        from gspo.trainer.parallel.world import World
+        from gspo.trainer.preflight import check_routing_replay, replay_needs
+
+        config.rollout.engine = resolve_engine(config, needs=replay_needs(config.algo))
+        check_routing_replay(config, World(0, int(os.environ.get("WORLD_SIZE", "1"))))  # no card for a refused run
     typer.echo(estimator_card(config, world_size=int(os.environ.get("WORLD_SIZE", "1"))), nl=False)
 
 

@@ -19,6 +19,7 @@ plot (final metric against that key, one line per algorithm, the share of seeds 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,6 +172,9 @@ def _timed(spec: PlotSpec, axis: str) -> bool:
     return axis == "time" or spec.metric.startswith(TIMING)
 
 
+NOTE_CHARS = 75  # a title's load note wrapped to this many characters: one line of it is wider than a 7-inch plot
+
+
 def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
     """Write one PNG; False (and nothing written) when no run logged this metric on this axis. A plot of times
     (by wall-clock time, or of a time) draws them as recorded, its title saying the load where it was high."""
@@ -182,7 +186,7 @@ def draw(spec: PlotSpec, arms: list[Arm], axis: str, out: Path) -> bool:
     drawn = _panel(ax, spec, arms, axis)
     if drawn:
         log = ax.get_yscale() == "log"
-        title = f"{spec.title} by {X_LABELS[axis]}" + (f"\n{note}" if note else "")
+        title = f"{spec.title} by {X_LABELS[axis]}" + (f"\n{textwrap.fill(note, NOTE_CHARS)}" if note else "")
         ax.set(title=title, xlabel=X_LABELS[axis], ylabel=spec.metric + (" (log scale)" if log else ""))
         ax.title.set_fontsize(10 if note else 12)
         ax.legend(fontsize=8)

@@ -41,6 +41,37 @@ def test_the_card_follows_every_override(gspo_env):
     assert "task rewards (correctness, unshaped) are all equal are dropped, up to 3 draws" in out
 
 
+# The console script's path through `gspo explain`, in a fresh interpreter: the card of each config, then which of
+# torch (its import run: torch._C) and transformers the command loaded.
+_NO_TORCH_PROBE = """
+import sys
+from gspo.cli.entry import main
+for args in ([], ["algo=dapo"], ["algo=cispo", "algo.correction.kind=tis", "algo.old_logp_source=engine",
+             "rollout.dtype=bfloat16"], ["algo=gspo", "rollout.lag=1"]):
+    sys.argv = ["gspo", "explain", *args]
+    try:
+        main()
+    except SystemExit as e:
+        assert not e.code, e.code
+print([m for m in ("torch._C", "transformers") if m in sys.modules])
+"""
+
+
+def test_the_card_runs_no_torch_import(gspo_env):
+    """The card needs the config and the registries' declarations, not a model: with a named engine and no Routing
+    Replay, `gspo explain` loads neither torch nor transformers (21 s under load before; issue 60). rollout=auto's
+    pick and Routing Replay's rules still load them, where the engines and the model's config are asked."""
+    import subprocess
+    import sys
+
+    from tests.conftest import load_scaled
+
+    out = subprocess.run([sys.executable, "-c", _NO_TORCH_PROBE], env=gspo_env, capture_output=True, text=True,
+                         timeout=load_scaled(120), check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("estimator  ") == 4 and out.stdout.splitlines()[-1] == "[]", out.stdout[-2000:]
+
+
 def test_a_bad_override_is_one_line(gspo_env):
     from tests.conftest import Gspo
 

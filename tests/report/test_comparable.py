@@ -260,5 +260,6 @@ def test_unequal_arms_say_each_arms_seeds_and_a_terminal_gets_a_first_line_at_on
     report = write_report(runs, tmp_path / "out", wandb="disabled")
     assert "(GRPO 2 seed(s), GSPO 1: no interval, no claim either way)" in report.verdict[0]
     assert first_line(["report", "x"]) == "gspo report: starting (loading pandas and matplotlib takes a few seconds)"
-    assert first_line(["train"]) == "gspo train: starting (loading torch and its libraries takes a few seconds)"
+    assert first_line(["train"]) == ("gspo train: starting (loading torch and its libraries: seconds on a quiet "
+                                        "machine, minutes on a busy one)")
     assert first_line(["train", "--help"]) is None and first_line(["--help"]) is None

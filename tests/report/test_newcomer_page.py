@@ -58,6 +58,21 @@ def test_a_busy_machine_s_runs_keep_their_wall_clock_plots_and_eval_cost_said_un
     assert "recorded no time" not in said and "recorded none" not in said
 
 
+def test_a_plot_s_load_note_fits_inside_its_figure(tmp_path, monkeypatch):
+    """The load note under a wall-clock plot's title was one line wider than the 7-inch figure, so the PNG cut it
+    ("... not the algor") on the newcomer's page at load 16; it wraps, and every line lies inside the figure."""
+    runs = _busy(fake_compare(tmp_path / "runs", seeds=2), load=16.3)
+    arms = group_arms(without_loaded_times(load_runs(runs)[0])[0])
+    figures = []
+    monkeypatch.setattr(plots.plt, "close", figures.append)  # keep the figure draw() would close, to measure it
+    assert plots.draw(plots.plot_specs("arith")[0], arms, "time", tmp_path / "by_time.png")
+    fig = figures[0]
+    title = fig.axes[0].title
+    box = title.get_window_extent(fig.canvas.get_renderer())
+    assert "recorded at a load of up to 16.3" in title.get_text().replace("\n", " ")
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, (box, fig.bbox)
+
+
 def test_runs_that_recorded_no_time_get_one_sentence_in_place_of_the_wall_clock_plots(tmp_path):
     runs = fake_compare(tmp_path / "runs", seeds=1)
     for run in runs:

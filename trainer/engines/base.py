@@ -2,17 +2,18 @@
 (`EngineKind`, in engines/registry.py, as algorithms, tasks and benchmarks have theirs).
 
 The trainer asks an engine's capabilities, never its name: a new engine (SGLang, a remote server) is one
-module with a class that has `generate`, `tokenizer`, `sync_weights`, one `register_engine(...)` call
-(engines/registry.py) and one yaml in conf/rollout/ with its `engine:` name.
+module with a class that has `generate`, `tokenizer`, `sync_weights`, one `register_engine_module(...)`
+call (engines/registry.py) and one yaml in conf/rollout/ with its `engine:` name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gspo.trainer.engines.rollout import Rollout
+if TYPE_CHECKING:  # engines/rollout.py imports torch; the registry reads this module without it
+    from gspo.trainer.engines.rollout import Rollout
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,18 @@ log-probs?) and by the step (trainer/step/scoring.py, advantages.py)."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from gspo.trainer.engines.base import Capabilities
-from gspo.trainer.engines.rollout import Rollout
-from gspo.trainer.model.precision import Precision
-from gspo.trainer.parallel.moe import RoutingRecorder
 from gspo.vocab.choices import OldLogp
+from gspo.vocab.lazy import lazy_module
+
+if TYPE_CHECKING:  # the registry and the loss card read this module without torch
+    from gspo.trainer.engines.base import Capabilities
+    from gspo.trainer.engines.rollout import Rollout
+    from gspo.trainer.model.precision import Precision
+    from gspo.trainer.parallel.moe import RoutingRecorder
+
+torch = lazy_module("torch")  # runs at its first use (vocab/lazy.py)
 
 # Where the loss's old log-probs come from (algo.old_logp_source picks; `old_logp_origin` decides):
 ENGINE = "engine"  # the rollout engine's own, whatever its precision (paper sec. 5.3); a trainer forward is

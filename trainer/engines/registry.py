@@ -1,16 +1,19 @@
 """The engines the trainer can build, registered by name (`rollout.engine`), and the pre-run rules each
-asks of an engine's capabilities (engines/base.py): never of its name."""
+asks of an engine's capabilities (engines/base.py): never of its name. An engine is registered by its module,
+imported when a run first asks it something (its build, capabilities or requirements): the modules load torch
+and transformers, which a command that only names the engine (gspo explain's card) does without."""
 
 from __future__ import annotations
 
 import copy
+import importlib
+from collections.abc import Callable
 
 from gspo.algos import available, get
 from gspo.conf.errors import GspoError
-from gspo.trainer.engines import hf_engine, vllm_engine
 from gspo.trainer.engines.base import Capabilities, EngineKind
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
-from gspo.trainer.parallel.distributed import World
+from gspo.trainer.parallel.world import World
 
 ENGINES: dict[str, EngineKind] = {}
 AUTO = "auto"  # rollout.engine=auto (conf/rollout/auto.yaml): resolved by resolve_engine before the run starts
@@ -32,13 +35,27 @@ def capabilities_of(rollout) -> Capabilities:
     return engine_kind(rollout.engine).capabilities(rollout)
 
 
+def _deferred(module: str, name: str) -> Callable:
+    """`module`'s function `name`, its module imported at the first call (then cached by Python's import system)."""
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+    call.__qualname__ = f"{module}.{name}"
+    return call
+
+
+def register_engine_module(name: str, module: str, **kind) -> EngineKind:
+    """Register the engine `name` whose build, capabilities and require are those of `module` (imported on first use)."""
+    return register_engine(EngineKind(name, build=_deferred(module, "build"), capabilities=_deferred(module, "capabilities"),
+                                      **kind))
+
+
 # auto_rank: vLLM first where it can serve the config (its own kernels, paged KV cache: the faster sampler on a GPU),
 # the hf engine, which runs everywhere, otherwise
-register_engine(EngineKind("hf", build=hf_engine.build, capabilities=hf_engine.capabilities,
-                           describe=lambda r: f"hf engine ({r.sampler} sampler), dtype {r.dtype}", auto_rank=1))
-register_engine(EngineKind("vllm", build=vllm_engine.build, capabilities=vllm_engine.capabilities,
-                           require=vllm_engine.require, describe=lambda r: f"vllm engine, dtype {r.vllm_dtype}",
-                           auto_rank=0))
+register_engine_module("hf", "gspo.trainer.engines.hf_engine", auto_rank=1,
+               describe=lambda r: f"hf engine ({r.sampler} sampler), dtype {r.dtype}")
+register_engine_module("vllm", "gspo.trainer.engines.vllm_engine", auto_rank=0,
+               require=_deferred("gspo.trainer.engines.vllm_engine", "require"),
+               describe=lambda r: f"vllm engine, dtype {r.vllm_dtype}")
 
 
 def resolve_engine(cfg, world: World = World(), needs: tuple[str, ...] = ()) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import gc
 import os
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -36,30 +35,12 @@ import torch
 import torch.distributed as dist
 
 from gspo.conf.errors import GspoError
+from gspo.trainer.parallel.world import World, world_from_env  # noqa: F401  (here as before: every rank reads them from this module)
 from gspo.trainer.run.rundir import RunDir, atomic_write_text
 from gspo.vocab.choices import OnNonfinite
 
 COLLECTIVE_TIMEOUT = timedelta(hours=2)
 FAILED_RANK = "failed_rank"  # <run>/failed_rank<r>.txt: the error of rank r, until rank 0 records it in run.json
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's place among the job's processes (rank 0 of 1 without torchrun)."""
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def world_from_env() -> World:
-    """The world torchrun describes in the environment (one process when it is not set)."""
-    env = os.environ
-    return World(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
 
 
 def export_slurm_world() -> None:

@@ -12,15 +12,12 @@ answer goes without credit.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from gspo.algos import correction_weights, estimate, get, get_estimator
 from gspo.algos.registry import check_clip
 from gspo.conf.errors import GspoError
 from gspo.trainer.engines.logp_origin import ENGINE, old_logp_origin
-from gspo.trainer.engines.rollout import Rollout
 from gspo.trainer.tasks.task_types import Task
 from gspo.vocab.choices import (
     CORRECTION_BOUNDS,
@@ -32,6 +29,14 @@ from gspo.vocab.choices import (
     Level,
     Ratio,
 )
+from gspo.vocab.lazy import lazy_module
+
+if TYPE_CHECKING:  # the loss card (gspo explain) reads the checks here without torch
+    from torch import Tensor
+
+    from gspo.trainer.engines.rollout import Rollout
+
+torch = lazy_module("torch")  # runs at its first use (vocab/lazy.py)
 
 
 def check_algorithm(algo, task: Task) -> None:
