@@ -200,6 +200,7 @@ class Difference:
     adjusted_by: str = "Holm"  # what set `alpha`: Holm, or a group-sequential design's last look
     role: str = ""  # PRIMARY (the page's one confirmatory score), POST_HOC, EXPLORATORY (another score), "" (no score)
     setting: str = ""  # the shared setting the difference holds at, in words ("at train.lr=0.0001"); empty: none
+    family: str = ""  # the page's confirmatory family its level comes from, in words (report/family.py); empty: none
 
     @property
     def flip_p(self) -> float:
@@ -224,10 +225,22 @@ class Difference:
 
     @property
     def resolved(self) -> bool:
-        """The adjusted interval excludes zero, from a test (seeds that tied are none); after rounds of seeds
-        (a group-sequential design) the exact sign-flip p must be within the level too, as at the looks."""
-        gate = self.adjusted_by == "Holm" or math.isnan(self.flip_p) or self.flip_p <= self.alpha * (1 + 1e-9)
-        return self.ci.tested and excludes_zero(self.adjusted) and gate
+        """The adjusted interval excludes zero, from a test (seeds that tied are none); a confirmatory line (the
+        page's primary comparisons, report/family.py, or the rounds' looks) also needs its exact sign-flip p within
+        the level (`gate_refused`)."""
+        return self.ci.tested and excludes_zero(self.adjusted) and not self.gate_refused
+
+    @property
+    def confirmatory(self) -> bool:
+        """A line of the page's confirmatory family (its level from report/family.py) or of the rounds' design."""
+        return bool(self.family) or self.adjusted_by != "Holm"
+
+    @property
+    def gate_refused(self) -> bool:
+        """A confirmatory paired line whose exact sign-flip p is above its level: the t alone would rest on the
+        normal shape of a few differences (three nearly equal ones give a huge t whatever their sign pattern's
+        chance: a collapse-like A/A family page called a false "resolved" on 11% of pages by the t alone)."""
+        return self.confirmatory and not math.isnan(self.flip_p) and self.flip_p > self.alpha * (1 + 1e-9)
 
     @property
     def simultaneous(self) -> Interval:

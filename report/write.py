@@ -40,6 +40,7 @@ from gspo.report.arms import (
     pairs,
 )
 from gspo.report.comparable import at_common_step, seeds_used
+from gspo.report.family import confirmatory, page_words
 from gspo.report.inactive import never_acted
 from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
@@ -110,20 +111,16 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     compared = pairs(arms)
     first = primary_head(heads, primary)
     post_hoc = bool(registered) and first is not None and first.metric != _planned(heads, registered[0])
-    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs, post_hoc) for a, b in compared])
-             for h in heads}
-    for metric, level in (sequential or {}).items():
-        diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
-                         for d in diffs.get(metric, [])]
+    diffs, levels, family = _differences(heads, compared, runs, effect, first, post_hoc, sequential or {})
     chosen = _verdict_heads(heads, compared, first)
     common += [f"Runs used per arm: {seeds_used(arms)}."] if common else []
     many = len(compared) > VERDICT_REDUCE
     # an arm whose mask, filter or correction never acted is its baseline: said before any verdict on it
     verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
     verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
-    verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
+    verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms, levels) + list(rounds)
     front: list[Block] = [Block("h1", _title(runs, arms, task)),
-                          Block("p", _experiment(runs, arms, keys, effect, first, post_hoc)),
+                          Block("p", _experiment(runs, arms, keys, effect, first, post_hoc) + " " + family),
                           Block("list", items=tuple(verdict), id="verdict")]
     shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
     figures, front_files = _figures(arms, heads, diffs, shown, first, compared, out_dir, smooth)
@@ -146,6 +143,23 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     first = heads[0] if heads else None
     table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
     return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
+
+
+def _differences(heads: list[Headline], compared: list, runs: list[Run], effect: float, first: Headline | None,
+                 post_hoc: bool, sequential: dict[str, float]) -> tuple[dict[str, list[Difference]], list[float], str]:
+    """(each headline metric's differences, Holm within the metric, the primary score's held to their levels in
+    the page's confirmatory family or the rounds' design; each collapse test's level; the family in words)."""
+    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs, post_hoc) for a, b in compared])
+             for h in heads}
+    for metric, level in sequential.items():
+        diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
+                         for d in diffs.get(metric, [])]
+    rounds = first is not None and first.metric in sequential
+    primary = diffs[first.metric] if first is not None else []
+    held, levels = confirmatory(primary, compared, rounds)
+    if first is not None:
+        diffs[first.metric] = held
+    return diffs, levels, page_words(len(primary), len(compared), rounds) if compared else ""
 
 
 def _figures(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]], shown: list[Difference],
@@ -214,7 +228,7 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
                "lead, not a finding) and mechanism metrics are described. " if first is not None and not post_hoc
                else "")
             + "Resolved = the primary score's interval "
-            "excludes zero (with several comparisons, the interval at Holm's level); seeds that tied are no test. "
+            "excludes zero at its level in the page's confirmatory family (below); seeds that tied are no test. "
             "Not resolved (no claim): TOST, the "
             "interval outside which differences are ruled out at 5%, against the smallest effect of interest "
             f"(+-{effect:g}, verdict.effect); MDE, the smallest true difference these seeds resolve with 80% power; "
