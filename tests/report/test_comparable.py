@@ -142,8 +142,13 @@ def test_boschloo_exact_test_matches_hand_computations():
     assert line(Count("GSPO", 2, 3, (20, 30)), Count("GRPO", 0, 3)) == (
         "collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 20 vs -; Boschloo's exact test p = 0.22): not resolved")
     assert line(Count("GSPO", 1, 2), Count("GRPO", 0, 2)).endswith(
-        "not resolved; with 2 and 2 runs no count can be (all against none gives p = 0.12)")
+        "not resolved; with 2 and 2 runs no count can be at this level (all against none gives p = 0.12)")
     assert line(Count("GRPO", 3, 3), Count("GSPO", 0, 3)).endswith("resolved (GRPO collapses more often)")
+    # held to its level in the page's family (issue 57): 3/3 vs 0/3 (p 0.031) is no claim at 0.01, and says so
+    assert line(Count("GRPO", 3, 3), Count("GSPO", 0, 3), 0.01) == (
+        "collapsed: GRPO 3/3 vs GSPO 0/3 (first at step - vs -; Boschloo's exact test p = 0.031, at its level 0.01 of "
+        "the page's 0.05): not resolved; with 3 and 3 runs no count can be at this level (all against none gives "
+        "p = 0.031)")
 
 
 def test_exact_mcnemar_where_the_runs_pair_by_seed(tmp_path):
