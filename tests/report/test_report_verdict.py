@@ -10,6 +10,7 @@ import math
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -272,3 +273,24 @@ def test_iqm_from_five_seeds_and_p_better_by_seed():
     # by seed: a = (1, 2, 3), b = (0, 3, 3): 1 higher, 1 lower, 1 tied -> 0.5; over every pair it is 4.5 / 9
     assert prob_improvement([1, 2, 3], [0, 3, 3], paired=True) == 0.5
     assert prob_improvement([1, 2, 3], [0, 3, 3]) == pytest.approx(4 / 9)
+
+
+def test_the_forest_never_calls_a_mechanism_resolved_and_its_whisker_is_the_verdicts_interval(tmp_path):
+    """Issue 57 (D10, item 4): a clip fraction whose interval excludes zero is `excludes 0 (described)`, never
+    `resolved`; the primary comparison's whisker is the interval at its Holm level in the page's family (a Bonferroni
+    whisker could cross zero where Holm resolved), and a line the sign-flip gate refused says so."""
+    from gspo.report.arms import group_arms, pairs
+    from gspo.report.family import confirmatory
+    from gspo.report.plots import forest_words
+    from gspo.report.runs import load_runs
+    from gspo.report.tables import PRIMARY, Headline, difference
+
+    runs, _ = load_runs(_finals(tmp_path / "r", {"grpo": [0.02, 0.05, 0.03], "gspo": [0.92, 0.55, 0.95]}))
+    arm, base = pairs(group_arms(runs))[0]
+    clip = difference(Headline("clip/token_frac", "mean", "clipped tokens"), arm, base)
+    assert clip.resolved and forest_words(clip) == "excludes 0 (described)"
+    acc = replace(difference(Headline("eval/arith/accuracy", "final", "acc", True), arm, base), role=PRIMARY)
+    [held], levels = confirmatory([acc], [(arm, base)])
+    assert held.alpha == pytest.approx(0.04) and levels == [pytest.approx(0.01)]
+    assert (held.whisker.low, held.whisker.high) == (held.adjusted.low, held.adjusted.high) and held.whisker.low > 0
+    assert not held.resolved and forest_words(held) == "no claim (sign-flip p above its level)"
