@@ -171,6 +171,9 @@ def verdict_line(d: Difference) -> str:
     runs = len(d.arm.runs) + len(d.base.runs)
     missing = sum(math.isnan(v) for v in arm_values(d.arm, d.head) + arm_values(d.base, d.head))
     left = f"; {missing} of {runs} runs have no {d.head.reduce} value and are left out" if missing else ""
+    if d.dropped:
+        left = (f"; seed {', '.join(map(str, d.dropped))}'s pair left out: a run of it has no {d.head.reduce} value "
+                "(the other seeds stay paired)")
     left += f"; {note}" if (note := like_for_like(d)) else ""
     if n == 0:
         return f"{what} (no seed of one arm has a {d.head.reduce} value: no comparison{left})"

@@ -201,6 +201,7 @@ class Difference:
     role: str = ""  # PRIMARY (the page's one confirmatory score), POST_HOC, EXPLORATORY (another score), "" (no score)
     setting: str = ""  # the shared setting the difference holds at, in words ("at train.lr=0.0001"); empty: none
     family: str = ""  # the page's confirmatory family its level comes from, in words (report/family.py); empty: none
+    dropped: tuple = ()  # the seeds whose pair is left out (a run of it has no value); the other seeds stay paired
 
     @property
     def flip_p(self) -> float:
@@ -287,7 +288,7 @@ def difference(h: Headline, arm: Arm, base: Arm, effect: float = math.nan) -> Di
     seeds = seeds_for(effect, ci, method == PAIRED) if not math.isnan(effect) else None
     return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds,
                       prob_improvement(a, b, paired=method == PAIRED), method, pairing.why, welch, effect=effect,
-                      values=(tuple(a), tuple(b)))
+                      values=(tuple(a), tuple(b)), dropped=pairing.dropped)
 
 
 def adjust(diffs: list[Difference]) -> list[Difference]:
