@@ -155,13 +155,36 @@ def _resolved(d: Difference) -> str:
     return f"resolved ({d.arm.label} {side})"
 
 
+ESTIMAND_KEYS = ("train.lr",)  # settings the estimand names (the sign of GSPO - GRPO changes with the rate)
+
+
+def estimand(d: Difference) -> str:
+    """What a confirmatory line estimates, in words: `for these 128 held-out problems, from <model.start>,
+    train.lr=0.0001, step 20` (new seeds of the same runs; the noise section's new-problems interval is the other
+    claim). Steps: the final eval's (a range where a run ended early: its last eval, intention-to-treat), the steps
+    a mean runs over, or the curve's span for an area."""
+    runs = d.arm.runs + d.base.runs
+    cfg = runs[0].config
+    held = d.head.metric.split(":")[-1].startswith("eval/")
+    what = f"these {cfg.get('task.eval_size', '?')} held-out problems" if held else "this task's training prompts"
+    start = cfg.get("model.start") or f"the {cfg.get('model.name', '?')} cold start"
+    parts = [what, f"from {start}"]
+    parts += [f"{k}={vals.pop()}" for k in ESTIMAND_KEYS if len(vals := {str(r.config.get(k)) for r in runs}) == 1
+              and "None" not in vals]
+    ends = sorted({r.final_steps.get(d.head.metric.split(":")[-1], r.last_step) for r in runs})
+    span = str(ends[0]) if len(ends) == 1 else f"{ends[0]}-{ends[-1]}"
+    parts.append({"final": f"step {span}", "mean": f"mean over steps 1-{span}",
+                  "auc": f"area under its curve to step {span}"}.get(d.head.reduce, f"step {span}"))
+    return "for " + ", ".join(parts)
+
+
 def verdict_line(d: Difference) -> str:
     """One comparison in plain words: what the arm's value is against its baseline, at which setting, by which
     method, how sure, and (not resolved) the minimum detectable effect, the equivalence bound and the seeds
     the effect of interest needs."""
     label, ci, n = d.head.info.label, d.ci, d.ci.n
     role = f" [{ROLE[d.role]}]" if d.role or d.head.info.kind != SCORE else ""
-    at = f" {d.setting}" if d.setting else ""
+    at = f" {estimand(d)}" if d.role in (PRIMARY, POST_HOC) else f" {d.setting}" if d.setting else ""
     if d.head.info.kind == SCORE:
         what, pre = f"{label}{role}: {d.arm.label} - {d.base.label} = {signed(ci.mean)}{at}", ""
     else:

@@ -14,9 +14,12 @@ import math
 from dataclasses import dataclass, replace
 
 import pandas as pd
+from scipy.integrate import trapezoid
 
 import gspo.vocab.metrics as M
+from gspo.conf.errors import GspoError
 from gspo.report.arms import Arm
+from gspo.report.comparable import ended_early
 from gspo.report.heldout import final_outcomes
 from gspo.report.load import load_text
 from gspo.report.pairing import pair_runs
@@ -47,9 +50,16 @@ class MetricInfo:
     kind: str  # SCORE, MECHANISM or COST
 
 
+AUC = "auc:"  # verdict.primary=auc:<metric>: the area under a held-out metric's curve over training, per run
+
+
 def metric_info(metric: str) -> MetricInfo:
     """What the catalogue (gspo.vocab.metrics) says of `metric`: its verdict words, valid range and kind;
-    eval/<task>/accuracy and accuracy_greedy by the task eval's own entries."""
+    eval/<task>/accuracy and accuracy_greedy by the task eval's own entries; `auc:<metric>` as its metric's,
+    named as an area."""
+    if metric.startswith(AUC):
+        base = metric_info(metric.removeprefix(AUC))
+        return MetricInfo(f"{base.label} (area under the curve)", base.valid, base.kind)
     m = M.lookup(metric)
     stat = metric.rsplit("/", 1)[-1]
     if M.EVAL.matches(metric) and stat in M.EVAL_STATS:
@@ -102,8 +112,39 @@ def _series(run: Run, metric: str) -> pd.Series:
     return run.metrics.set_index("step")[metric].dropna().astype(float)
 
 
+def auc_headline(metric: str) -> Headline | None:
+    """`auc:eval/<task>/accuracy`: the area under that held-out curve as a score of its own (None: not that form;
+    a metric that is no held-out eval is one line)."""
+    if not metric.startswith(AUC):
+        return None
+    base = metric.removeprefix(AUC)
+    if not M.EVAL.matches(base) or metric_info(base).kind != SCORE:
+        raise GspoError(f"primary score {metric}: an area under the curve is of a held-out score "
+                        f"(auc:eval/<task>/accuracy), not of {base}")
+    return Headline(metric, "auc", f"area under the {metric_info(base).label} curve (its mean over training, "
+                                   "trapezoid over the evals' steps)", True)
+
+
+def curve_area(run: Run, metric: str) -> float:
+    """The area under `run`'s curve of `metric` over its logged steps (trapezoid), divided by the steps it spans:
+    the mean held-out accuracy over training, in the metric's units. A run that ended early (a stop rule, a failure)
+    carries its last eval to its configured end (intention-to-treat, as its final value is read); NaN below two
+    evals."""
+    s = _series(run, metric)
+    steps, values = [float(x) for x in s.index], [float(v) for v in s.values]
+    if len(steps) < 2:
+        return math.nan
+    end = float(run.config.get("train.steps") or steps[-1]) if ended_early(run) else steps[-1]
+    if end > steps[-1]:
+        steps, values = steps + [end], values + [values[-1]]
+    return float(trapezoid(values, steps) / (steps[-1] - steps[0]))
+
+
 def run_value(run: Run, metric: str, reduce: str) -> float:
-    """The run's `metric` reduced: "final" (final_value), "mean" over steps >= 1, or "max"."""
+    """The run's `metric` reduced: "final" (final_value), "mean" over steps >= 1, or "max"; an `auc:` metric is
+    its curve's area (curve_area) whatever the reduction."""
+    if metric.startswith(AUC):
+        return curve_area(run, metric.removeprefix(AUC))
     if reduce == "final":
         return final_value(run, metric)
     s = _series(run, metric)

@@ -51,6 +51,7 @@ from gspo.report.runs import Run, load_runs, unread_steps
 from gspo.report.sections import Page, sections
 from gspo.report.stats import mean_ci
 from gspo.report.tables import (
+    AUC,
     EXPLORATORY,
     MECHANISM,
     POST_HOC,
@@ -60,6 +61,7 @@ from gspo.report.tables import (
     Headline,
     adjust,
     arm_table,
+    auc_headline,
     arm_values,
     difference,
     final_notes,
@@ -110,6 +112,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     _make_out(out_dir)
     compared = pairs(arms)
     first = primary_head(heads, primary)
+    heads += [first] if first is not None and first not in heads else []  # an area under the curve: its own row
     post_hoc = bool(registered) and first is not None and first.metric != _planned(heads, registered[0])
     diffs, levels, family = _differences(heads, compared, runs, effect, first, post_hoc, sequential or {})
     chosen = _verdict_heads(heads, compared, first)
@@ -238,8 +241,13 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
 
 def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
     """The page's one primary score: `metric` (verdict.primary, gspo report --primary), default held-out accuracy (the first score when
-    the runs have no held-out eval); a `metric` that is no score of these runs is one line."""
+    the runs have no held-out eval), or `auc:<held-out metric>`, the area under its curve (tables.auc_headline); a
+    `metric` that is no score of these runs is one line."""
     scores = [h for h in heads if h.info.kind == SCORE]
+    if (area := auc_headline(metric or "")) is not None:
+        if not any(h.metric == area.metric.removeprefix(AUC) for h in scores):
+            raise GspoError(f"primary score {metric}: these runs logged no {area.metric.removeprefix(AUC)}")
+        return area
     if metric is not None:
         found = next((h for h in scores if h.metric == metric), None)
         if found is None:
