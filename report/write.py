@@ -45,6 +45,7 @@ from gspo.report.inactive import never_acted
 from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
 from gspo.report.noise import which_objective
+from gspo.report.outcomes import write_outcomes
 from gspo.report.page import Block, to_html, to_markdown
 from gspo.report.plots import forest, key_grid, sensitivity, time_note, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
@@ -136,16 +137,26 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
     say(f"report: page written: {out_dir / 'report.html'}")
-    summary = summary_frame(arms, keys, heads, diffs)
-    summary.to_csv(out_dir / "summary.csv", index=False)
+    summary, outcomes = _data_files(out_dir, arms, keys, heads, diffs, task)
     mode = report_wandb_mode(wandb, runs)
     all_plots = [(p.stem.replace("_", " "), p) for p in front_files] + plots
     wandb_note = log_report(mode, runs, out_dir, all_plots, summary) if mode != Wandb.DISABLED else None
-    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *front_files,
+    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *([outcomes] if outcomes else []),
+             *front_files,
              *(p for _, p in plots)]
     first = heads[0] if heads else None
     table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
     return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
+
+
+def _data_files(out_dir: Path, arms: list[Arm], keys: list[str], heads: list[Headline],
+                diffs: dict[str, list[Difference]], task: str) -> tuple[pd.DataFrame, Path | None]:
+    """summary.csv (one row per run) and outcomes.csv.gz (every run's per-problem held-out outcomes, from which
+    report/recompute.py recomputes the noise tables): (the summary, the outcomes file or None)."""
+    summary = summary_frame(arms, keys, heads, diffs)
+    summary.to_csv(out_dir / "summary.csv", index=False)
+    acc = M.EVAL.format(task, M.EVAL_ACCURACY)
+    return summary, write_outcomes(out_dir, arms, diffs.get(acc, []), acc)
 
 
 def _differences(heads: list[Headline], compared: list, runs: list[Run], effect: float, first: Headline | None,
