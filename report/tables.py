@@ -274,8 +274,9 @@ class Difference:
 
     @property
     def confirmatory(self) -> bool:
-        """A line of the page's confirmatory family (its level from report/family.py) or of the rounds' design."""
-        return bool(self.family) or self.adjusted_by != "Holm"
+        """A line of the page's confirmatory family (its level from report/family.py) or of the rounds' design; a
+        primary chosen after the runs (post hoc) is held to the family's level but stays a lead, never a finding."""
+        return (bool(self.family) and self.role != POST_HOC) or self.adjusted_by != "Holm"
 
     @property
     def gate_refused(self) -> bool:
