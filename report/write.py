@@ -62,8 +62,8 @@ from gspo.report.tables import (
     Headline,
     adjust,
     arm_table,
-    auc_headline,
     arm_values,
+    auc_headline,
     difference,
     final_notes,
     headlines,
@@ -142,8 +142,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     all_plots = [(p.stem.replace("_", " "), p) for p in front_files] + plots
     wandb_note = log_report(mode, runs, out_dir, all_plots, summary) if mode != Wandb.DISABLED else None
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *([outcomes] if outcomes else []),
-             *front_files,
-             *(p for _, p in plots)]
+             *front_files, *(p for _, p in plots)]
     first = heads[0] if heads else None
     table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
     return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
@@ -335,7 +334,8 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
              Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
                         "moving average or held-out accuracy fell far below its best, or entropy or length broke "
                         "down; trainer/run/collapse.py); p: Boschloo's exact test (two-sided) of the arm's collapsed share "
-                        "against its baseline's. " + " ".join(collapse.pooled_lines(compared)))]
+                        "against its baseline's, unadjusted (the verdict holds each to its level in the page's "
+                        "family). " + " ".join(collapse.pooled_lines(compared)))]
     placed = False
     for h in [h for h in heads if h.info.kind == SCORE][:2]:
         path = out_dir / f"sensitivity_{key.replace('.', '_')}_{h.metric.replace('/', '_')}.png"

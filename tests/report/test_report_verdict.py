@@ -52,7 +52,8 @@ def test_markdown_opens_with_the_verdict_then_the_forest_plot(compare_report):
                      r"mechanism: described, not a score\)", first)
     # one family-wise 5% over the page's confirmatory lines: the comparison and the collapse test (80% / 20%); the
     # TOST interval is printed only where it shows equivalence
-    assert re.search(r"- held-out accuracy \[primary\]: GSPO - GRPO = [+-][\d.]+ at train.lr=0.0001 \(paired t, 3 seeds: Holm "
+    assert re.search(r"- held-out accuracy \[primary\]: GSPO - GRPO = [+-][\d.]+ for these 128 held-out problems, "
+                     r"from the tiny cold start, train.lr=0.0001, step 12 \(paired t, 3 seeds: Holm "
                      r"over the page's 2 confirmatory lines: 96.00% CI [+-][\d.]+ to [+-][\d.]+, t p = [\d.]+; exact "
                      r"sign-flip p = [\d.]+ \(its floor at 3 seeds: 2/2\^3 = 0.25\); Welch [+-][\d.]+ to [+-][\d.]+\): no "
                      r"claim \(not resolved\); not shown equivalent within \+-0.02 \(TOST\); MDE [\d.]+; ~\d+ seeds/arm for "
@@ -226,7 +227,8 @@ def test_a_tie_is_no_claim_and_a_cut_interval_keeps_its_test_in_the_verdict(tmp_
     tie = write_report(_finals(tmp_path / "tie", {"grpo": [0.5, 0.625, 0.75], "gspo": [0.5 - 1 / 128, 0.625 - 1 / 128,
                                                                                        0.75 - 1 / 128]}),
                        tmp_path / "o1", wandb="disabled").verdict[0]
-    assert tie.startswith("held-out accuracy [primary]: GSPO - GRPO = -0.00781 at train.lr=0.0001 (paired, 3 seeds; exact "
+    assert tie.startswith("held-out accuracy [primary]: GSPO - GRPO = -0.00781 for these 128 held-out problems, from the tiny cold "
+                          "start, train.lr=0.0001, step 12 (paired, 3 seeds; exact "
                           "sign-flip p = 0.25 (its floor at 3 seeds: 2/2^3 = 0.25)): every seed gave the same difference, "
                           "so the t has no spread to test: no claim")
     assert "MDE" not in tie and "seeds/arm" not in tie
