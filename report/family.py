@@ -11,6 +11,12 @@ collapsed (its weight is fixed before the data: where nothing collapsed its p is
 page where nothing collapsed holds its comparisons to 4% in all. The pooled collapse line (over strata) is
 described, never tested.
 
+A comparison's p in the family is the larger of its t p and its exact sign-flip p (`gated_p`; paired, up to 16
+seeds), as the rounds' looks decide: collapse-like outcomes gave three nearly equal differences a huge t, and the t
+alone called a false "resolved" on 11-13% of A/A family and lr pages at 3 seeds (perf/aa_pages.py). No comparison of
+n seeds resolves below the floor 2/2^n, and a line whose interval excludes zero all the same says why
+(report/lines.py `refused`).
+
 After rounds of seeds (verdict.until=resolved) the comparisons' levels are the group-sequential design's, and the
 collapse tests are held to Holm over their own share of alpha (COLLAPSE_SHARE x 5%), with nothing passed on.
 """

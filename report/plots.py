@@ -243,7 +243,7 @@ def forest_words(d: Difference) -> str:
         return "no test (tie)"
     if d.role in ("primary",) and d.confirmatory:
         refused = d.gate_refused and excludes_zero(d.whisker)
-        return "resolved" if d.resolved else "no claim (sign-flip p above its level)" if refused else "no claim"
+        return "resolved" if d.resolved else "no claim (sign-flip p > level)" if refused else "no claim"
     role = d.role or "described"
     return f"excludes 0 ({role})" if d.resolved else f"includes 0 ({role})"
 

@@ -241,7 +241,8 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
                "lead, not a finding) and mechanism metrics are described. " if first is not None and not post_hoc
                else "")
             + "Resolved = the primary score's interval "
-            "excludes zero at its level in the page's confirmatory family (below); seeds that tied are no test. "
+            "excludes zero at its level in the page's confirmatory family (below) and, paired, its exact sign-flip p is "
+            "within that level too; seeds that tied are no test. "
             "Not resolved (no claim): TOST, the "
             "interval outside which differences are ruled out at 5%, against the smallest effect of interest "
             f"(+-{effect:g}, verdict.effect); MDE, the smallest true difference these seeds resolve with 80% power; "

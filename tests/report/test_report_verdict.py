@@ -295,4 +295,4 @@ def test_the_forest_never_calls_a_mechanism_resolved_and_its_whisker_is_the_verd
     [held], levels = confirmatory([acc], [(arm, base)])
     assert held.alpha == pytest.approx(0.04) and levels == [pytest.approx(0.01)]
     assert (held.whisker.low, held.whisker.high) == (held.adjusted.low, held.adjusted.high) and held.whisker.low > 0
-    assert not held.resolved and forest_words(held) == "no claim (sign-flip p above its level)"
+    assert not held.resolved and forest_words(held) == "no claim (sign-flip p > level)"
