@@ -58,3 +58,36 @@ def test_before_the_family_collapse_lines_and_the_t_alone_inflate_the_family_pag
     (0.113 at 100,000: three nearly equal differences of 0.62 give a huge t whatever their signs' chance)."""
     rates = pages.page_rates(np.random.default_rng(58), REPS, "family (7 arms)", 3, [0.5])
     assert rates["before"] > 0.1 and rates["t only"] > 0.085 and rates["after"] <= BOUND
+
+
+def test_the_simulation_decides_as_the_reports_own_family_does(pages):
+    """The vectorized page (perf/aa_pages.py) against report/family.py on the same simulated family pages (7 arms, 6
+    seeds, collapses; three arms shifted so that some lines resolve): every comparison and collapse test is resolved
+    by both or by neither."""
+    from types import SimpleNamespace
+
+    from gspo.report import collapse
+    from gspo.report.arms import Arm
+    from gspo.report.family import confirmatory
+    from gspo.report.stats import clip_to, paired_ci
+    from gspo.report.tables import PAIRED, PRIMARY, Difference, Headline
+
+    rng = np.random.default_rng(9)
+    acc, broke = pages.accuracy(rng, 150, 7, 6, np.array([0.1, 0.1, 0.6, 0.1, 0.1, 0.1, 0.1]))
+    acc[:, 1:4] += np.array([0.12, 0.0, 0.25])[None, :, None]
+    prim, coll, flips = pages.lines(acc, broke, 1, 7, pages.boschloo_table(6))
+    union = np.concatenate([np.fmax(prim, flips), coll], 1)
+    sim = np.nan_to_num(union, nan=np.inf) <= pages.weighted_holm_levels(union, np.asarray(weights(6, 6)))
+    head = Headline("eval/arith/accuracy", "final", "acc", True)
+    mine = []
+    for r in range(len(acc)):
+        arms = [Arm(f"a{i}", {}, [SimpleNamespace(config={"seed": s}, status={"collapsed": {"step": 3}} if broke[r, i, s]
+                                                  else {}) for s in range(6)]) for i in range(7)]
+        compared = [(arms[i], arms[0]) for i in range(1, 7)]
+        diffs = [Difference(head, a, b, clip_to(paired_ci(list(acc[r, i]), list(acc[r, 0])), (-1.0, 1.0)), 0, 0, None,
+                            0.5, PAIRED, values=(tuple(acc[r, i]), tuple(acc[r, 0])), role=PRIMARY)
+                 for i, (a, b) in enumerate(compared, 1)]
+        held, levels = confirmatory(diffs, compared)
+        tests = [collapse.pair_p(a, b) <= lvl for (a, b), lvl in zip(compared, levels, strict=True)]
+        mine.append([d.resolved for d in held] + tests)
+    assert np.array_equal(sim, np.array(mine)) and 0 < sim.sum() < sim.size, (sim.sum(), np.sum(mine))
