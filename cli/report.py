@@ -35,9 +35,10 @@ def report_cmd(
                                  "score (held-out accuracy, reward), in its own units: equivalence within +-effect "
                                  "and the seeds per arm that would resolve it (verdict.effect of gspo compare)."),
     primary: str = typer.Option(None, "--primary", help="The page's one primary score, a metric the runs logged "
-                                "(reward/mean); the verdict tests only its comparisons, the other scores are "
-                                "exploratory (verdict.primary of gspo compare). Default: the one the sweep's plan "
-                                "registered, else held-out accuracy; another is marked post hoc, never resolved."),
+                                "(reward/mean), or auc:<held-out metric> (auc:eval/arith/accuracy: the area under its curve over "
+                                "training, paired as the final score); the verdict tests only its comparisons, the "
+                                "other scores are exploratory (verdict.primary of gspo compare). Default: the one the "
+                                "sweep's plan registered, else held-out accuracy; another is marked post hoc, never resolved."),
 ) -> None:
     """Plots, report.md, a self-contained report.html and summary.csv comparing runs: arms are what differs
     in the runs' configs, seeds are replicates, intervals are 95% Student-t across seeds; arms that share their

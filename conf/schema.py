@@ -218,7 +218,7 @@ class VerdictConfig:
     round_seeds: int = 3  # until=resolved: seeds added to every arm per round
     max_minutes: float | None = None  # until=resolved: no new round starts once this much wall time has passed
     spending: str = "pocock"  # until=resolved: alpha spending of the looks, pocock or obrien_fleming (Lan & DeMets 1983); pocock, whose 6-seed look can claim (docs/verdicts.md)
-    primary: str | None = None  # the page's one primary score: the verdict calls only its comparisons resolved (other scores are exploratory) and until=resolved answers it; None: eval/<task>/accuracy
+    primary: str | None = None  # the page's one primary score: the verdict calls only its comparisons resolved (other scores are exploratory) and until=resolved answers it; auc:<held-out metric> (auc:eval/arith/accuracy): the area under its curve over training, a sample-efficiency score read by the same paired machinery (gspo report --primary); None: eval/<task>/accuracy
 
 
 @dataclass

@@ -4,7 +4,7 @@ A run collapsed when its collapse detector fired (run.json `collapsed: {step, re
 For an arm against its baseline the 2x2 table is (collapsed, not collapsed) x (arm, baseline), with the runs per
 arm fixed by design (two binomials, not fixed margins both ways). Boschloo's exact unconditional test
 (scipy.stats.boschloo_exact, two-sided: Fisher's p as the statistic, its size maximised over the common
-collapse probability; Boschloo 1970) gives p; resolved = p < 0.05. It is uniformly more powerful than Fisher's
+collapse probability; Boschloo 1970) gives p; resolved = p within its level (below). It is uniformly more powerful than Fisher's
 test, which conditions on the total collapses and so cannot resolve any 3-vs-3 count (3/3 against 0/3 gives
 Fisher's p = 0.10, Boschloo's 0.031); issue 45 measured Boschloo's size at 0.031-0.039 and its power at 6 runs
 per arm for 0.8 vs 0.2 at 0.56 against Fisher's 0.28. With fewer runs even the most extreme table cannot
@@ -12,7 +12,11 @@ resolve, and the page says so (`smallest_p`). Where the arms' runs pair by seed 
 the exact McNemar test on the seeds that collapsed in one arm only is shown beside it (a binomial test of
 those discordant seeds at 1/2: exact, and it uses the pairing). Comparisons within strata (GSPO against GRPO at
 each learning rate) are also pooled over the strata, one table per pair of first-key values; a pooled
-table adds unlike risks (a high rate collapses both), so it is a summary, not a stratified test.
+table adds unlike risks (a high rate collapses both), so it is described, never tested.
+
+The collapse tests are confirmatory lines of the page beside the primary score's comparisons: all of them share
+one family-wise 5% (weighted Holm over their union, report/family.py), so each is held to the level it gets
+there, not to 5% (issue 57: at 5% per pair, a family page's A/A rate of a false "resolved" was 0.14).
 """
 
 from __future__ import annotations
@@ -83,22 +87,40 @@ def p_text(p: float) -> str:
     return "p = 1" if p > 0.9995 else f"p = {p:.2g}" if p >= 0.01 else f"p = {p:.1e}"
 
 
-def line(a: Count, b: Count, prefix: str = "collapsed", paired: tuple[float, int, int] | None = None) -> str:
-    """`collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 15 vs -; Boschloo's exact test p = 0.16): not resolved`;
+def pair_p(arm, base) -> float:
+    """Boschloo's p of a compared pair's collapse counts (1 where neither arm's runs collapsed)."""
+    return boschloo_p(count(arm.label, arm.runs), count(base.label, base.runs))
+
+
+def line(a: Count, b: Count, level: float = LEVEL, paired: tuple[float, int, int] | None = None) -> str:
+    """`collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 15 vs -; Boschloo's exact test p = 0.16, at its level
+    0.01 of the page's 5%): not resolved`; `level`: the level the test is held to (its weighted Holm level over the
+    page's confirmatory lines; NaN: described, not tested, after rounds that spent the page's alpha);
     `paired`: mcnemar_p's answer, said beside."""
     p = boschloo_p(a, b)
     first = f"first at step {a.steps[0] if a.steps else '-'} vs {b.steps[0] if b.steps else '-'}; "
     if paired is not None:
         first += (f"paired by seed: {paired[1]} seed(s) collapsed in {a.label} only, {paired[2]} in {b.label} only, "
                   f"exact McNemar {p_text(paired[0])}; ")
-    if p < LEVEL:
+    at = f", at its level {level:.2g} of the page's {LEVEL:g}" if level < LEVEL * (1 - 1e-9) else ""
+    if math.isnan(level):
+        return (f"collapsed: {a} vs {b} ({first}Boschloo's exact test {p_text(p)}): described, not tested (the rounds "
+                "spent the page's 5% on the primary score)")
+    if p <= level:
         more = a if a.collapsed / a.runs > b.collapsed / b.runs else b
         tail = f"resolved ({more.label} collapses more often)"
     else:
         floor = smallest_p(a.runs, b.runs)
-        tail = "not resolved" + (f"; with {a.runs} and {b.runs} runs no count can be (all against none gives "
-                                 f"{p_text(floor)})" if floor >= LEVEL else "")
-    return f"{prefix}: {a} vs {b} ({first}Boschloo's exact test {p_text(p)}): {tail}"
+        tail = "not resolved" + (f"; with {a.runs} and {b.runs} runs no count can be at this level (all against none "
+                                 f"gives {p_text(floor)})" if floor > level else "")
+    return f"collapsed: {a} vs {b} ({first}Boschloo's exact test {p_text(p)}{at}): {tail}"
+
+
+def pooled_line(a: Count, b: Count, over: str, values: int) -> str:
+    """A pair's counts pooled over strata: described, never tested (a pooled table adds unlike risks)."""
+    first = f"first at step {a.steps[0] if a.steps else '-'} vs {b.steps[0] if b.steps else '-'}"
+    return (f"collapsed, pooled over {over} ({values} values): {a} vs {b} ({first}); described, not tested: a pooled "
+            "table adds unlike risks (a high rate collapses both), so it is no confirmatory line")
 
 
 def _first(arm) -> str:
@@ -106,32 +128,33 @@ def _first(arm) -> str:
     return arm.label.split(" ")[0] if arm.values else arm.label
 
 
-def verdict(compared: list, arms: list) -> list[str]:
+def verdict(compared: list, arms: list, levels: list[float] | None = None) -> list[str]:
     """The verdict's collapse lines, only when some run collapsed: how many, then `verdict_lines`."""
     runs = [r for a in arms for r in a.runs]
     broke = [r for r in runs if collapsed(r)]
     if not broke:
         return []
-    return [f"{len(broke)} of {len(runs)} runs collapsed (dashed lines in the curves).", *verdict_lines(compared)]
+    return [f"{len(broke)} of {len(runs)} runs collapsed (dashed lines in the curves).", *verdict_lines(compared, levels)]
 
 
-def verdict_lines(compared: list) -> list[str]:
-    """Each compared pair (arm, baseline) where either arm has a collapse, then, where one pair of first-key
-    values (GSPO vs GRPO) recurs over several strata, its pooled count."""
+def verdict_lines(compared: list, levels: list[float] | None = None) -> list[str]:
+    """Each compared pair (arm, baseline) where either arm has a collapse, tested at its level (`levels`, one per
+    pair: weighted Holm over the page's confirmatory lines; None: 5% each), then, where one pair of first-key values
+    (GSPO vs GRPO) recurs over several strata, its pooled count, described."""
     lines = []
+    levels = list(levels) if levels is not None else [LEVEL] * len(compared)
     pooled: dict[tuple[str, str], list] = {}
-    for arm, base in compared:
+    for (arm, base), level in zip(compared, levels, strict=True):
         a, b = count(arm.label, arm.runs), count(base.label, base.runs)
         if a.collapsed or b.collapsed:
-            lines.append(line(a, b, paired=mcnemar_p(arm.runs, base.runs)))
+            lines.append(line(a, b, level, paired=mcnemar_p(arm.runs, base.runs)))
         pooled.setdefault((_first(arm), _first(base)), []).append((arm, base))
     for (fa, fb), group in pooled.items():
         a = count(fa, [r for arm, _ in group for r in arm.runs])
         b = count(fb, [r for _, base in group for r in base.runs])
         if len(group) > 1 and (a.collapsed or b.collapsed):
             over = ", ".join(k for k in list(group[0][0].values)[1:]) or "groups"
-            lines.append(line(a, b, prefix=f"collapsed, pooled over {over} ({len(group)} values; a summary: unlike "
-                                           "risks added)"))
+            lines.append(pooled_line(a, b, over, len(group)))
     return lines
 
 

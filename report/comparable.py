@@ -9,9 +9,10 @@ length (`train.steps`, `train.lr_schedule`, `train.warmup_steps`) and what count
 or, when the user asks (`gspo report --separate`), split into groups reported one by one (`split_groups`).
 What the user varies between arms (the algorithm, the learning rate, the batch, the rollout) is not here.
 
-Runs still going, or stopped early, are compared at a common step (`at_common_step`): each metric at the
-last step every run of the comparison logged it, so no arm's mean mixes one run's step 20 with another's
-step 0. Runs with no training step yet are left out and said to be.
+Runs still going are compared at a common step (`at_common_step`): each metric at the last step every run
+of the comparison logged it, so no arm's mean mixes one run's step 20 with another's step 0. A run that ended
+early (a rule stopped it, or it failed) is read intention-to-treat: its last values stand in its pair and it
+does not cut the others (`ended_early`). Runs with no training step yet are left out and said to be.
 """
 
 from __future__ import annotations
@@ -132,8 +133,10 @@ def at_common_step(runs: list[Run]) -> tuple[list[Run], list[str]]:
     started = [r for r in runs if r.last_step >= 1] or runs
     said = [f"{r.run_id} is left out: it has no training step yet ({r.status.get('status', 'unknown')})"
             for r in runs if all(r is not u for u in started)]
-    # a run stopped where it collapsed (train.stop_on_collapse) ended as meant: it does not hold the others back
-    pace = [r for r in started if r.status.get("stopped") != "collapse"] or started
+    # a run that ended before its end (stopped where it collapsed, by another rule, or failed) does not hold the
+    # others back: intention-to-treat, it keeps its pair with its last values
+    pace = [r for r in started if not ended_early(r)] or started
+    said += [itt_words(r) for r in started if ended_early(r) and r.status.get("stopped") != "collapse"]
     common = min(r.last_step for r in pace)
     cols = sorted({c for r in pace for c in r.metrics.columns if c != "step"})
     last = {}
@@ -155,6 +158,26 @@ def at_common_step(runs: list[Run]) -> tuple[list[Run], list[str]]:
                    "tables, verdict and plots.")
     paced = {id(r) for r in pace}
     return [_cut(r, last) if id(r) in paced else r for r in started], said
+
+
+def ended_early(run: Run) -> bool:
+    """A run that will not go on to its configured end: a rule stopped it (run.json `stopped`: a collapse under
+    train.stop_on_collapse, a non-finite value) or it failed. Intention-to-treat (issue 57 D5): it keeps its pair
+    with its last eval and its last values, the same numbers in the rounds' looks and on the page, and it does not
+    cut the other runs to its step. A run interrupted, killed or still running may go on: the runs are compared at
+    the step every one of those reached."""
+    return run.status.get("status") in ("finished", "failed") and bool(run.status.get("stopped")
+                                                                      or run.status.get("status") == "failed")
+
+
+def itt_words(run: Run) -> str:
+    """What the page says of a run that ended early for a reason other than a collapse (the collapse lines say
+    those)."""
+    why = run.status.get("stopped") or run.status.get("status")
+    evals = sorted({s for c, s in run.final_steps.items() if c.startswith("eval/")})
+    at = f" (held-out eval of step {evals[-1]})" if evals else ""
+    return (f"{run.run_id} ended early at step {run.last_step} ({why}): intention-to-treat, it keeps its pair with its "
+            f"last values{at}, in the verdict, the tables and the rounds alike; the other runs are not cut to its step.")
 
 
 def _unfinished(runs: list[Run]) -> str:

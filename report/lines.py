@@ -19,7 +19,7 @@ import math
 
 import gspo.vocab.metrics as M
 from gspo.report.page import fmt
-from gspo.report.stats import SIGN_FLIP_MAX, sign_flip_floor, zero_width
+from gspo.report.stats import SIGN_FLIP_MAX, excludes_zero, sign_flip_floor, zero_width
 from gspo.report.tables import EXPLORATORY, PAIRED, POST_HOC, PRIMARY, SCORE, Difference, Headline, arm_values
 
 FLIP_SHOWN = 10  # the sign-flip p is shown beside the paired t up to this many seeds (its floor is 0.002 at 10)
@@ -69,6 +69,8 @@ def interval_text(d: Difference, pre: str) -> str:
     level = "95% CI"
     if d.adjusted_by != "Holm":
         level = f"group-sequential repeated {1 - d.alpha:.3g} CI of the last look"
+    elif d.family:
+        level = f"{d.family}: {1 - d.alpha:.2%} CI"
     elif d.m > 1:
         level = f"Holm over {d.m}: {1 - d.alpha:.1%} CI"
     if d.adjusted_by != "Holm" and d.alpha <= 0:
@@ -93,8 +95,10 @@ def _span(d: Difference) -> float:
 
 
 def _unresolved(d: Difference) -> str:
-    """Not resolved: no claim, and what the data rule out against the effect of interest, what these seeds
-    could have resolved (MDE), and the seeds the effect of interest needs (planned at the sd's upper bound)."""
+    """Not resolved: no claim, and why where the interval excludes zero all the same; what these seeds could have
+    resolved (MDE); whether the difference is shown equivalent within the effect of interest (the TOST interval
+    printed only where it answers that: a 90% interval excluding zero beside "no claim" reads as a loss); and the
+    seeds the effect of interest needs (planned at the sd's upper bound)."""
     mde = d.mde
     if math.isfinite(mde) and mde > _span(d):
         parts = [f"no difference within the metric's range is detectable at these seeds (MDE {mde:.3g})"]
@@ -102,15 +106,29 @@ def _unresolved(d: Difference) -> str:
         parts = [f"MDE {mde:.3g}" if math.isfinite(mde) else "no MDE at these seeds"]
     if not math.isnan(d.effect):
         tost, shown = d.tost
-        span = f"{signed(tost.low)} to {signed(tost.high)}"
         if shown:
-            return f"equivalent within +-{d.effect:g}: the difference lies within {span} (TOST)"
+            return (f"equivalent within +-{d.effect:g}: the difference lies within {signed(tost.low)} to "
+                    f"{signed(tost.high)} (TOST)")
         if not tost.uninformative:
-            parts.insert(0, f"within {span} (TOST), so not shown equivalent within +-{d.effect:g}")
+            parts.insert(0, f"not shown equivalent within +-{d.effect:g} (TOST)")
         point = f"; ~{d.seeds_point} at the sd measured" if d.seeds_point else ""
         parts.append(f"~{d.seeds} seeds/arm for {d.effect:g} (80% power at the sd's 80% upper bound{point})"
                      if d.seeds else f"no seed count resolves {d.effect:g}")
-    return "no claim (not resolved); " + "; ".join(parts)
+    return "no claim (not resolved" + (f": {why}" if (why := refused(d)) else "") + "); " + "; ".join(parts)
+
+
+def refused(d: Difference) -> str:
+    """Why a line whose interval excludes zero makes no claim (empty where it does not exclude zero): its exact
+    sign-flip p is above its level, at the floor 2/2^n or above it."""
+    if not (d.ci.tested and excludes_zero(d.adjusted)) or not d.gate_refused:
+        return ""
+    n = len(d.values[0])
+    why = (f"at {n} seeds the exact sign-flip p cannot go below 2/2^{n} = {p_words(sign_flip_floor(n))}"
+           if sign_flip_floor(n) > d.alpha else f"the exact sign-flip p is {p_words(d.flip_p)}")
+    least = math.ceil(math.log2(2 / d.alpha) - 1e-9)  # the fewest seeds whose floor 2/2^n is within the level
+    return (f"the interval excludes zero, but {why}, above its level {p_words(d.alpha)}; a claim by the t alone would "
+            f"rest on the normal shape of {n} differences: {least} seeds per arm is the fewest that can resolve at "
+            "this level")
 
 
 def _tie(d: Difference, what: str, pre: str, left: str) -> str:
@@ -134,12 +152,30 @@ def _resolved(d: Difference) -> str:
                 "not a finding")
     if d.head.info.kind != SCORE:
         return f"{d.arm.label} {side} (the interval excludes zero; a mechanism: described, not a score)"
-    n = len(d.values[0])
-    if not math.isnan(d.flip_p) and d.flip_p > d.alpha:
-        why = (f"the exact sign-flip test cannot go below {p_words(sign_flip_floor(n))} at {n} seeds"
-               if sign_flip_floor(n) > d.alpha else f"the exact sign-flip p is {p_words(d.flip_p)}")
-        return f"resolved ({d.arm.label} {side}; by the t alone: {why}, so this rests on the t's normal shape)"
     return f"resolved ({d.arm.label} {side})"
+
+
+ESTIMAND_KEYS = ("train.lr",)  # settings the estimand names (the sign of GSPO - GRPO changes with the rate)
+
+
+def estimand(d: Difference) -> str:
+    """What a confirmatory line estimates, in words: `for these 128 held-out problems, from <model.start>,
+    train.lr=0.0001, step 20` (new seeds of the same runs; the noise section's new-problems interval is the other
+    claim). Steps: the final eval's (a range where a run ended early: its last eval, intention-to-treat), the steps
+    a mean runs over, or the curve's span for an area."""
+    runs = d.arm.runs + d.base.runs
+    cfg = runs[0].config
+    held = d.head.metric.split(":")[-1].startswith("eval/")
+    what = f"these {cfg.get('task.eval_size', '?')} held-out problems" if held else "this task's training prompts"
+    start = cfg.get("model.start") or f"the {cfg.get('model.name', '?')} cold start"
+    parts = [what, f"from {start}"]
+    parts += [f"{k}={vals.pop()}" for k in ESTIMAND_KEYS if len(vals := {str(r.config.get(k)) for r in runs}) == 1
+              and "None" not in vals]
+    ends = sorted({r.final_steps.get(d.head.metric.split(":")[-1], r.last_step) for r in runs})
+    span = str(ends[0]) if len(ends) == 1 else f"{ends[0]}-{ends[-1]}"
+    parts.append({"final": f"step {span}", "mean": f"mean over steps 1-{span}",
+                  "auc": f"area under its curve to step {span}"}.get(d.head.reduce, f"step {span}"))
+    return "for " + ", ".join(parts)
 
 
 def verdict_line(d: Difference) -> str:
@@ -148,7 +184,7 @@ def verdict_line(d: Difference) -> str:
     the effect of interest needs."""
     label, ci, n = d.head.info.label, d.ci, d.ci.n
     role = f" [{ROLE[d.role]}]" if d.role or d.head.info.kind != SCORE else ""
-    at = f" {d.setting}" if d.setting else ""
+    at = f" {estimand(d)}" if d.role in (PRIMARY, POST_HOC) else f" {d.setting}" if d.setting else ""
     if d.head.info.kind == SCORE:
         what, pre = f"{label}{role}: {d.arm.label} - {d.base.label} = {signed(ci.mean)}{at}", ""
     else:
@@ -158,6 +194,9 @@ def verdict_line(d: Difference) -> str:
     runs = len(d.arm.runs) + len(d.base.runs)
     missing = sum(math.isnan(v) for v in arm_values(d.arm, d.head) + arm_values(d.base, d.head))
     left = f"; {missing} of {runs} runs have no {d.head.reduce} value and are left out" if missing else ""
+    if d.dropped:
+        left = (f"; seed {', '.join(map(str, d.dropped))}'s pair left out: a run of it has no {d.head.reduce} value "
+                "(the other seeds stay paired)")
     left += f"; {note}" if (note := like_for_like(d)) else ""
     if n == 0:
         return f"{what} (no seed of one arm has a {d.head.reduce} value: no comparison{left})"

@@ -22,7 +22,7 @@ import gspo.vocab.metrics as M
 from gspo.report.arms import Arm
 from gspo.report.heldout import Outcomes, decompose, final_outcomes, new_problems_interval, paired_split
 from gspo.report.load import as_recorded, load_words
-from gspo.report.stats import clip_to, mean_ci
+from gspo.report.stats import Interval, clip_to, mean_ci
 from gspo.report.tables import PAIRED, Difference, Headline, arm_values, informative, run_value
 
 EVAL_S = M.TIME_PHASE.format("eval")
@@ -43,20 +43,26 @@ def _cost(arms: list[Arm]) -> tuple[float, float, float]:
             float(np.mean(steps)) if steps else math.nan)
 
 
+def split_row(label: str, outs: list[Outcomes]) -> dict | None:
+    """One arm's row of the split table from its runs' final outcomes (None below 2 runs)."""
+    split = decompose(outs)
+    if split is None:
+        return None
+    return {"arm": label, "k": split.k, "problems": split.n_problems, "seeds": split.n_seeds,
+            "sd across seeds": math.sqrt(split.total),
+            "eval sampling sd" + (" (at most)" if split.bound else ""): math.sqrt(split.eval),
+            "training seed sd": math.sqrt(split.seed), "eval share of variance": split.eval_share,
+            f"eval sampling sd at k={4 * split.k}": math.sqrt(split.eval / 4)}
+
+
 def split_table(arms: list[Arm], head: Headline) -> pd.DataFrame:
     """Per arm: k, problems, seeds, the sd of the final accuracy across seeds, its eval-sampling part and its
     training-seed part, the eval's share of the variance, and the eval part at 4x the samples."""
     rows = []
     for arm in arms:
         outs = [o for r in arm.runs if (o := final_outcomes(r, head.metric)) is not None]
-        split = decompose(outs) if len(outs) == len(arm.runs) else None
-        if split is None:
-            continue
-        rows.append({"arm": arm.label, "k": split.k, "problems": split.n_problems, "seeds": split.n_seeds,
-                     "sd across seeds": math.sqrt(split.total),
-                     "eval sampling sd" + (" (at most)" if split.bound else ""): math.sqrt(split.eval),
-                     "training seed sd": math.sqrt(split.seed), "eval share of variance": split.eval_share,
-                     f"eval sampling sd at k={4 * split.k}": math.sqrt(split.eval / 4)})
+        row = split_row(arm.label, outs) if len(outs) == len(arm.runs) else None
+        rows += [row] if row else []
     return pd.DataFrame(rows)
 
 
@@ -66,49 +72,52 @@ def _final_pairs(d: Difference) -> list[tuple[Outcomes, Outcomes]] | None:
         return None
     arm_by_seed = {r.config.get("seed"): r for r in d.arm.runs}
     pairs = [(final_outcomes(arm_by_seed[r.config.get("seed")], d.head.metric), final_outcomes(r, d.head.metric))
-             for r in d.base.runs]
+             for r in d.base.runs if r.config.get("seed") in arm_by_seed]
     return None if any(a is None or b is None for a, b in pairs) else pairs
+
+
+def paired_row(label: str, pairs: list[tuple[Outcomes, Outcomes]], ci: Interval) -> dict | None:
+    """One paired difference's row of the paired noise table: `pairs` its (arm, baseline) final outcomes by seed,
+    `ci` its paired t 95% interval (None: no split)."""
+    split = paired_split(pairs) if pairs else None
+    if split is None:
+        return None
+    draws = "shared" if split.shared else "as independent" + (" (at most)" if split.bound else "")
+    return {"difference": label, "k": split.k, "seeds": split.n_seeds,
+            "sd across seeds": math.sqrt(split.total), "eval draws": draws,
+            "eval sampling sd": math.sqrt(split.eval), "eval sd, draws independent": math.sqrt(split.independent),
+            "training seed sd": math.sqrt(split.seed), "eval share of variance": split.eval_share,
+            "95% CI half-width": (ci.high - ci.low) / 2 if ci.how == "t" else math.nan,
+            "half-width, exact eval": split.half_width(0.0), f"half-width at k={4 * split.k}": split.half_width(0.25)}
 
 
 def paired_noise_table(diffs: list[Difference]) -> pd.DataFrame:
     """Per paired difference: the sd of d_s across seeds, its eval-sampling part (the arms' shared draws where the
     runs recorded each sample, else as if independent) and its training-seed part, the eval's share of the
     variance, and the paired t interval's half-width as measured, with an exact eval and at 4x the samples."""
-    rows = []
-    for d in diffs:
-        pairs = _final_pairs(d)
-        split = paired_split(pairs) if pairs else None
-        if split is None:
-            continue
-        draws = "shared" if split.shared else "as independent" + (" (at most)" if split.bound else "")
-        rows.append({"difference": f"{d.arm.label} - {d.base.label}", "k": split.k, "seeds": split.n_seeds,
-                     "sd across seeds": math.sqrt(split.total), "eval draws": draws,
-                     "eval sampling sd": math.sqrt(split.eval), "eval sd, draws independent": math.sqrt(split.independent),
-                     "training seed sd": math.sqrt(split.seed), "eval share of variance": split.eval_share,
-                     "95% CI half-width": (d.ci.high - d.ci.low) / 2 if d.ci.how == "t" else math.nan,
-                     "half-width, exact eval": split.half_width(0.0),
-                     f"half-width at k={4 * split.k}": split.half_width(0.25)})
-    return pd.DataFrame(rows)
+    rows = [paired_row(f"{d.arm.label} - {d.base.label}", _final_pairs(d), d.ci) for d in diffs]
+    return pd.DataFrame([r for r in rows if r])
+
+
+def crossed_row(label: str, pairs: list[tuple[Outcomes, Outcomes]], ci: Interval) -> dict | None:
+    """One paired difference's row of the new-problems table (None where the problems differ in number)."""
+    if not pairs or len({len(a.correct) for pair in pairs for a in pair}) != 1:
+        return None
+    found = new_problems_interval(np.stack([a.per_problem for a, _ in pairs]), np.stack([b.per_problem for _, b in pairs]))
+    if found is None:
+        return None
+    new, how = found
+    return {"difference": label, "mean": ci.mean, "paired t low": ci.low, "paired t high": ci.high,
+            "new problems low": new.low if new.tested else math.nan,
+            "new problems high": new.high if new.tested else math.nan, "from": how, "df": new.df}
 
 
 def crossed_table(diffs: list[Difference]) -> pd.DataFrame:
     """Each paired difference of held-out accuracy with its paired t interval (new seeds, these problems) and its
     interval over new problems too (heldout.new_problems_interval: the crossed design's, or the paired t's where
     that is wider), saying which and at what degrees of freedom."""
-    rows = []
-    for d in diffs:
-        pairs = _final_pairs(d)
-        if not pairs or len({len(a.correct) for pair in pairs for a in pair}) != 1:
-            continue
-        found = new_problems_interval(np.stack([a.per_problem for a, _ in pairs]),
-                                      np.stack([b.per_problem for _, b in pairs]))
-        if found is None:
-            continue
-        ci, how = found
-        rows.append({"difference": f"{d.arm.label} - {d.base.label}", "mean": d.ci.mean, "paired t low": d.ci.low,
-                     "paired t high": d.ci.high, "new problems low": ci.low if ci.tested else math.nan,
-                     "new problems high": ci.high if ci.tested else math.nan, "from": how, "df": ci.df})
-    return pd.DataFrame(rows)
+    rows = [crossed_row(f"{d.arm.label} - {d.base.label}", _final_pairs(d), d.ci) for d in diffs]
+    return pd.DataFrame([r for r in rows if r])
 
 
 def noise_text(arms: list[Arm]) -> str:
@@ -129,7 +138,9 @@ def noise_text(arms: list[Arm]) -> str:
             "how much of its interval a larger eval could remove (exact eval) and what the rest, training seed, "
             "leaves. The paired t covers new seeds on these problems; the new-problems interval also covers new "
             "problems: the crossed design's (seeds and problems as crossed random effects, with the arm x problem "
-            "effect a new problem set draws anew), or the paired t's where that is wider ('from').")
+            "effect a new problem set draws anew), or the paired t's where that is wider ('from'). Every run's "
+            "per-problem outcomes are in this page's folder (outcomes.csv.gz): `python -m gspo.report.recompute "
+            "<page folder>` recomputes these tables from them alone.")
 
 
 def which_objective(arms: list[Arm], head: Headline, diffs: list[Difference], mechanism: str) -> pd.DataFrame:

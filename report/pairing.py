@@ -3,10 +3,12 @@
 Runs of one seed share the initial model, the prompt of every step and the sampling streams (every draw
 derives from (seed, step): trainer/seeds.py), whatever the algorithm. So two arms pair when, for every seed,
 each arm has exactly one run of it (the same seeds in both), the pair agrees on everything that makes the
-model, the prompt stream and the held-out problems (the keys below), neither value is missing, and, where the
-runs recorded their held-out problems per problem, the problems are the same (their fingerprints). Anything
-else (different seeds per arm, a missing or unfinished value, a different eval set) falls back to the
-unpaired comparison, and `why` says so in words.
+model, the prompt stream and the held-out problems (the keys below), and, where the runs recorded their
+held-out problems per problem, the problems are the same (their fingerprints). Anything else (different seeds
+per arm, a different eval set) falls back to the unpaired comparison, and `why` says so in words. A seed whose
+pair misses a value (a run with no final eval) leaves only its own pair out (`dropped`, said on the page): one
+missing value must not unpair the whole comparison and silently turn it into Welch's (issue 57 D9). A run that
+stopped early or failed keeps its pair with its last eval (intention-to-treat, report/comparable.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ EXEMPT = ("model.tiny.cache_dir",)
 class Pairing:
     pairs: list[tuple[Run, Run]]  # (arm's run, baseline's run) of one seed, by seed; empty when unpaired
     why: str  # empty when paired; else why not, in words
+    dropped: tuple = ()  # the seeds whose pair is left out: a run of the pair has no value (the rest stay paired)
 
     @property
     def paired(self) -> bool:
@@ -58,15 +61,17 @@ def pair_runs(arm: list[Run], base: list[Run], value, problems=None, names: tupl
         return Pairing([], "an arm has two runs of one seed")
     if set(a) != set(b):
         return Pairing([], f"the arms' seeds differ ({names[0]}: {_seeds(arm)}; {names[1]}: {_seeds(base)})")
-    pairs = [(a[s], b[s]) for s in sorted(a, key=str)]
-    for x, y in pairs:
+    kept, dropped = [], []
+    for x, y in [(a[s], b[s]) for s in sorted(a, key=str)]:
         sx, sy = _stream(x), _stream(y)
         if sx != sy:
             key = sorted(k for k in set(sx) | set(sy) if sx.get(k) != sy.get(k))[0]
             return Pairing([], f"seed {x.config.get('seed')}'s runs differ in {key}, so they do not share their "
                                "model, prompts or held-out problems")
-        if math.isnan(value(x)) or math.isnan(value(y)):
-            return Pairing([], f"seed {x.config.get('seed')} has no value in one arm")
+        if math.isnan(value(x)) or math.isnan(value(y)):  # that seed's pair only: one NaN must not unpair the rest
+            dropped.append(x.config.get("seed"))
+            continue
         if problems is not None and None not in (px := problems(x), py := problems(y)) and px != py:
             return Pairing([], f"seed {x.config.get('seed')}'s runs were evaluated on different problems")
-    return Pairing(pairs, "")
+        kept.append((x, y))
+    return Pairing(kept, "", tuple(dropped))

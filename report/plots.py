@@ -12,7 +12,7 @@ report leaves a loaded run's times out of its comparison (report/load.py): such 
 where no run recorded a time the page says so in one sentence instead of drawing an empty axis (`time_note`).
 
 Three figures lead the report: the forest plot (every headline difference with its interval, one shared
-axis per metric, rows sorted, the simultaneous (Bonferroni) interval drawn, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
+axis per metric, rows sorted, the verdict's own interval drawn at its level, zero marked), the grid of key curves (two rows of three) and, for a sweep over a numeric key, the sensitivity
 plot (final metric against that key, one line per algorithm, the share of seeds that collapsed marked).
 """
 
@@ -35,7 +35,7 @@ from gspo.report.arms import Arm, legend_note  # noqa: E402
 from gspo.report.collapse import collapsed  # noqa: E402
 from gspo.report.load import TIMING, as_recorded, load_words  # noqa: E402
 from gspo.report.runs import Run  # noqa: E402
-from gspo.report.stats import band  # noqa: E402
+from gspo.report.stats import band, excludes_zero  # noqa: E402
 from gspo.report.tables import Difference, Headline, arm_values, valid_range  # noqa: E402
 from gspo.trainer.run.progress import Progress  # noqa: E402
 from gspo.vocab.algorithms import title as algo_title  # noqa: E402
@@ -224,29 +224,40 @@ def key_grid(arms: list[Arm], task: str, out: Path, smooth: int = 5) -> bool:
 
 
 def _forest_row(ax, d: Difference, y: float) -> None:
-    """One difference at height y: the 95% interval (thick), the simultaneous one (thin: Bonferroni alpha / m, or
-    the group-sequential repeated interval), the point; grey where there is no test (seeds that tied)."""
+    """One difference at height y: the 95% interval (thick), the verdict's own interval at its level (thin: Holm's,
+    or the group-sequential repeated interval), the point; grey where there is no test (seeds that tied). A score's
+    confirmatory line says resolved or no claim; any other line only whether its interval excludes zero."""
     color = "#1f77b4" if d.resolved else "#777777"
     if not math.isnan(d.ci.low) and d.ci.tested:
-        adj = d.simultaneous
-        if (d.m > 1 or d.adjusted_by != "Holm") and not math.isnan(adj.low):
+        adj = d.whisker
+        if d.alpha != 0.05 and not math.isnan(adj.low):
             ax.plot([adj.low, adj.high], [y, y], color=color, linewidth=1, solid_capstyle="butt")
             ax.plot([adj.low, adj.high], [y, y], "|", color=color, markersize=8)
         ax.plot([d.ci.low, d.ci.high], [y, y], color=color, linewidth=3.5, solid_capstyle="butt", alpha=0.8)
     ax.plot([d.ci.mean], [y], "o", color=color, markersize=6)
     how = "paired" if d.method == "paired t" else "Welch"
-    said = "no test (tie)" if not d.ci.tested and d.ci.n >= 2 else "resolved" if d.resolved else "no claim"
-    said = f"excludes 0 ({d.role})" if d.resolved and d.role in ("exploratory", "post hoc") else said
-    ax.text(1.01, y, said + f" ({how}, n={d.ci.n})",
+    ax.text(1.01, y, forest_words(d) + f" ({how}, n={d.ci.n})",
             transform=ax.get_yaxis_transform(), ha="left", va="center", fontsize=8, color=color)
+
+
+def forest_words(d: Difference) -> str:
+    """What a forest row says: `resolved` / `no claim` for a confirmatory score's line only; a mechanism or an
+    exploratory score says whether its interval excludes zero, in the words of its role (never `resolved`)."""
+    if not d.ci.tested and d.ci.n >= 2:
+        return "no test (tie)"
+    if d.role in ("primary",) and d.confirmatory:
+        refused = d.gate_refused and excludes_zero(d.whisker)
+        return "resolved" if d.resolved else "no claim (sign-flip p > level)" if refused else "no claim"
+    role = d.role or "described"
+    return f"excludes 0 ({role})" if d.resolved else f"includes 0 ({role})"
 
 
 def forest(diffs: list[Difference], out: Path) -> bool:
     """Every difference (an arm minus its baseline) with its interval: one panel per metric, all its rows on one
     shared x axis (so their intervals compare by eye), sorted by the estimate, zero marked; the thick bar is the
-    95% interval, the thin one with end ticks the simultaneous interval where several comparisons share the
-    metric (Bonferroni alpha / m: all m cover at once with 95%, which Holm's per-comparison levels, the verdict's
-    test, do not promise) or the group-sequential repeated interval after rounds of seeds."""
+    95% interval, the thin one with end ticks the verdict's own interval at its level (Holm's in the page's family or
+    within the metric, or the group-sequential repeated interval after rounds of seeds), so a whisker excludes zero
+    exactly where the line does; Holm's levels are not a simultaneous family (0.926 of six cover at once)."""
     by_metric: dict[str, list[Difference]] = {}
     for d in diffs:
         if not math.isnan(d.ci.mean):
@@ -266,19 +277,25 @@ def forest(diffs: list[Difference], out: Path) -> bool:
         ax.set_ylim(-0.6, len(ds) - 0.4)
         head = ds[0].head
         thin = (f"; thin: group-sequential repeated {1 - ds[0].alpha:.3g} CI of the last look" if ds[0].adjusted_by != "Holm"
-                else f"; thin: simultaneous 95% over {ds[0].m} (Bonferroni, {1 - 0.05 / ds[0].m:.2%} each)"
-                if ds[0].m > 1 else "")
+                else f"; thin: at each line's Holm level in the page's family ({_levels(ds)})" if ds[0].family
+                else f"; thin: at each line's Holm level over {ds[0].m} ({_levels(ds)})" if ds[0].m > 1 else "")
         ax.set_title(f"{head.info.label} ({head.reduce}){thin}", fontsize=9, loc="left", pad=2)
         ax.tick_params(axis="x", labelsize=7, pad=1)
         ax.grid(axis="x", alpha=0.3)
         for side in ("right", "top"):
             ax.spines[side].set_visible(False)
-    fig.suptitle("Difference to the baseline: 95% interval (thick), simultaneous or sequential (thin); red: no difference",
+    fig.suptitle("Difference to the baseline: 95% interval (thick), the verdict's own level (thin); red: no difference",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.8, 1))
     fig.savefig(out)
     plt.close(fig)
     return True
+
+
+def _levels(ds: list[Difference]) -> str:
+    """`96.00% each` or `99.33% to 99.60%`: the confidence levels of a panel's whiskers."""
+    lo, hi = min(1 - d.alpha for d in ds), max(1 - d.alpha for d in ds)
+    return f"{lo:.2%} each" if math.isclose(lo, hi) else f"{lo:.2%} to {hi:.2%}"
 
 
 def sensitivity(arms: list[Arm], key: str, head: Headline, out: Path) -> bool:

@@ -33,6 +33,11 @@ from scipy import stats as sps
 
 LEVEL = 0.95
 POWER = 0.8
+# A page's confirmatory lines (its primary score's comparisons and its collapse tests) share one family-wise
+# level 1 - LEVEL (weighted Holm over their union, `holm`): this share of alpha is set aside for the collapse
+# tests, the rest for the primary comparisons, each split equally within its kind; a rejected line passes its
+# share on. 0.2: the primary question keeps 0.04 of its 0.05 on a page where nothing collapsed.
+COLLAPSE_SHARE = 0.2
 
 
 def t975(df: float) -> float:
@@ -153,21 +158,27 @@ def paired_ci(a: list[float], b: list[float]) -> Interval:
     return Interval(d, d - half, d + half, len(ds), se=se, df=len(ds) - 1)
 
 
-def holm(p: list[float], alpha: float = 1 - LEVEL) -> list[float]:
+def holm(p: list[float], alpha: float = 1 - LEVEL, weights: list[float] | None = None) -> list[float]:
     """Holm's step-down levels: for each p-value, the level it is tested at, alpha / (m - j) for the j-th
     smallest (j from 0) while every smaller one was rejected, and the level of the first not rejected for
     it and all after (so an interval drawn at that level excludes zero exactly when Holm rejects). A NaN
     p-value (no test: one seed, or seeds that tied) is counted in m and never rejected, as a p of 1: a tie
-    must not loosen the other comparisons' levels."""
-    order = sorted(range(len(p)), key=lambda i: (math.isnan(p[i]), p[i] if not math.isnan(p[i]) else 0.0))
-    m = len(order)
-    levels = [alpha / max(m, 1)] * len(p)
-    stopped = None
-    for j, i in enumerate(order):
-        level = alpha / (m - j) if stopped is None else stopped
-        if stopped is None and not p[i] <= level:
-            stopped = level
-        levels[i] = level
+    must not loosen the other comparisons' levels. `weights` (positive; None: equal): weighted Holm (Holm 1979,
+    sec. 4), the hypothesis with the smallest p / w among those left tested at alpha w / (the weights left), so
+    a share of alpha set aside for some lines (the collapse tests, COLLAPSE_SHARE) passes to the others as they
+    are rejected; the family-wise error stays at alpha under any dependence."""
+    m = len(p)
+    w = [1.0] * m if weights is None else [float(x) for x in weights]
+    order = sorted(range(m), key=lambda i: math.inf if math.isnan(p[i]) else p[i] / w[i])
+    levels = [alpha / max(m, 1)] * m
+    left, stopped = sum(w), None  # the weight of the hypotheses not yet rejected; its value where testing stopped
+    for i in order:
+        if stopped is None and p[i] <= alpha * w[i] / left:
+            levels[i] = alpha * w[i] / left
+            left -= w[i]
+            continue
+        stopped = left if stopped is None else stopped
+        levels[i] = alpha * w[i] / stopped
     return levels
 
 

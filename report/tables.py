@@ -14,9 +14,12 @@ import math
 from dataclasses import dataclass, replace
 
 import pandas as pd
+from scipy.integrate import trapezoid
 
 import gspo.vocab.metrics as M
+from gspo.conf.errors import GspoError
 from gspo.report.arms import Arm
+from gspo.report.comparable import ended_early
 from gspo.report.heldout import final_outcomes
 from gspo.report.load import load_text
 from gspo.report.pairing import pair_runs
@@ -47,9 +50,16 @@ class MetricInfo:
     kind: str  # SCORE, MECHANISM or COST
 
 
+AUC = "auc:"  # verdict.primary=auc:<metric>: the area under a held-out metric's curve over training, per run
+
+
 def metric_info(metric: str) -> MetricInfo:
     """What the catalogue (gspo.vocab.metrics) says of `metric`: its verdict words, valid range and kind;
-    eval/<task>/accuracy and accuracy_greedy by the task eval's own entries."""
+    eval/<task>/accuracy and accuracy_greedy by the task eval's own entries; `auc:<metric>` as its metric's,
+    named as an area."""
+    if metric.startswith(AUC):
+        base = metric_info(metric.removeprefix(AUC))
+        return MetricInfo(f"{base.label} (area under the curve)", base.valid, base.kind)
     m = M.lookup(metric)
     stat = metric.rsplit("/", 1)[-1]
     if M.EVAL.matches(metric) and stat in M.EVAL_STATS:
@@ -102,8 +112,39 @@ def _series(run: Run, metric: str) -> pd.Series:
     return run.metrics.set_index("step")[metric].dropna().astype(float)
 
 
+def auc_headline(metric: str) -> Headline | None:
+    """`auc:eval/<task>/accuracy`: the area under that held-out curve as a score of its own (None: not that form;
+    a metric that is no held-out eval is one line)."""
+    if not metric.startswith(AUC):
+        return None
+    base = metric.removeprefix(AUC)
+    if not M.EVAL.matches(base) or metric_info(base).kind != SCORE:
+        raise GspoError(f"primary score {metric}: an area under the curve is of a held-out score "
+                        f"(auc:eval/<task>/accuracy), not of {base}")
+    return Headline(metric, "auc", f"area under the {metric_info(base).label} curve (its mean over training, "
+                                   "trapezoid over the evals' steps)", True)
+
+
+def curve_area(run: Run, metric: str) -> float:
+    """The area under `run`'s curve of `metric` over its logged steps (trapezoid), divided by the steps it spans:
+    the mean held-out accuracy over training, in the metric's units. A run that ended early (a stop rule, a failure)
+    carries its last eval to its configured end (intention-to-treat, as its final value is read); NaN below two
+    evals."""
+    s = _series(run, metric)
+    steps, values = [float(x) for x in s.index], [float(v) for v in s.values]
+    if len(steps) < 2:
+        return math.nan
+    end = float(run.config.get("train.steps") or steps[-1]) if ended_early(run) else steps[-1]
+    if end > steps[-1]:
+        steps, values = steps + [end], values + [values[-1]]
+    return float(trapezoid(values, steps) / (steps[-1] - steps[0]))
+
+
 def run_value(run: Run, metric: str, reduce: str) -> float:
-    """The run's `metric` reduced: "final" (final_value), "mean" over steps >= 1, or "max"."""
+    """The run's `metric` reduced: "final" (final_value), "mean" over steps >= 1, or "max"; an `auc:` metric is
+    its curve's area (curve_area) whatever the reduction."""
+    if metric.startswith(AUC):
+        return curve_area(run, metric.removeprefix(AUC))
     if reduce == "final":
         return final_value(run, metric)
     s = _series(run, metric)
@@ -200,6 +241,8 @@ class Difference:
     adjusted_by: str = "Holm"  # what set `alpha`: Holm, or a group-sequential design's last look
     role: str = ""  # PRIMARY (the page's one confirmatory score), POST_HOC, EXPLORATORY (another score), "" (no score)
     setting: str = ""  # the shared setting the difference holds at, in words ("at train.lr=0.0001"); empty: none
+    family: str = ""  # the page's confirmatory family its level comes from, in words (report/family.py); empty: none
+    dropped: tuple = ()  # the seeds whose pair is left out (a run of it has no value); the other seeds stay paired
 
     @property
     def flip_p(self) -> float:
@@ -224,19 +267,32 @@ class Difference:
 
     @property
     def resolved(self) -> bool:
-        """The adjusted interval excludes zero, from a test (seeds that tied are none); after rounds of seeds
-        (a group-sequential design) the exact sign-flip p must be within the level too, as at the looks."""
-        gate = self.adjusted_by == "Holm" or math.isnan(self.flip_p) or self.flip_p <= self.alpha * (1 + 1e-9)
-        return self.ci.tested and excludes_zero(self.adjusted) and gate
+        """The adjusted interval excludes zero, from a test (seeds that tied are none); a confirmatory line (the
+        page's primary comparisons, report/family.py, or the rounds' looks) also needs its exact sign-flip p within
+        the level (`gate_refused`)."""
+        return self.ci.tested and excludes_zero(self.adjusted) and not self.gate_refused
 
     @property
-    def simultaneous(self) -> Interval:
-        """The interval drawn as the forest plot's whisker: Bonferroni's alpha / m (all m intervals of the metric
-        cover their true values at once with 95%: Holm's per-comparison levels do not, 0.91-0.93 measured in
-        issue 45), or the group-sequential repeated interval; the 95% one for a single comparison."""
-        if self.adjusted_by != "Holm":
-            return self.adjusted
-        return self.ci.at(1 - (1 - LEVEL) / self.m) if self.m > 1 else self.ci
+    def confirmatory(self) -> bool:
+        """A line of the page's confirmatory family (its level from report/family.py) or of the rounds' design; a
+        primary chosen after the runs (post hoc) is held to the family's level but stays a lead, never a finding."""
+        return (bool(self.family) and self.role != POST_HOC) or self.adjusted_by != "Holm"
+
+    @property
+    def gate_refused(self) -> bool:
+        """A confirmatory paired line whose exact sign-flip p is above its level: the t alone would rest on the
+        normal shape of a few differences (three nearly equal ones give a huge t whatever their sign pattern's
+        chance: a collapse-like A/A family page called a false "resolved" on 11% of pages by the t alone)."""
+        return self.confirmatory and not math.isnan(self.flip_p) and self.flip_p > self.alpha * (1 + 1e-9)
+
+    @property
+    def whisker(self) -> Interval:
+        """The interval drawn as the forest plot's thin whisker: the one the verdict tests, at its level (Holm's
+        in the page's family, Holm's within the metric, or the group-sequential repeated interval), so the whisker
+        excludes zero exactly where the line's interval does (a Bonferroni alpha / m whisker could cross zero where
+        Holm resolved, issue 57 D10). Not a simultaneous family: Holm's levels cover all m at once 0.926 of the
+        time (docs/verdicts.md)."""
+        return self.adjusted
 
     @property
     def mde(self) -> float:
@@ -274,7 +330,7 @@ def difference(h: Headline, arm: Arm, base: Arm, effect: float = math.nan) -> Di
     seeds = seeds_for(effect, ci, method == PAIRED) if not math.isnan(effect) else None
     return Difference(h, arm, base, ci, mean_ci(a).mean, mean_ci(b).mean, seeds,
                       prob_improvement(a, b, paired=method == PAIRED), method, pairing.why, welch, effect=effect,
-                      values=(tuple(a), tuple(b)))
+                      values=(tuple(a), tuple(b)), dropped=pairing.dropped)
 
 
 def adjust(diffs: list[Difference]) -> list[Difference]:

@@ -40,16 +40,19 @@ from gspo.report.arms import (
     pairs,
 )
 from gspo.report.comparable import at_common_step, seeds_used
+from gspo.report.family import confirmatory, page_words
 from gspo.report.inactive import never_acted
 from gspo.report.lines import also_excluding, summary_line, verdict_line
 from gspo.report.load import without_loaded_times
 from gspo.report.noise import which_objective
+from gspo.report.outcomes import write_outcomes
 from gspo.report.page import Block, to_html, to_markdown
 from gspo.report.plots import forest, key_grid, sensitivity, time_note, write_plots
 from gspo.report.runs import Run, load_runs, unread_steps
 from gspo.report.sections import Page, sections
 from gspo.report.stats import mean_ci
 from gspo.report.tables import (
+    AUC,
     EXPLORATORY,
     MECHANISM,
     POST_HOC,
@@ -60,6 +63,7 @@ from gspo.report.tables import (
     adjust,
     arm_table,
     arm_values,
+    auc_headline,
     difference,
     final_notes,
     headlines,
@@ -110,22 +114,19 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     _make_out(out_dir)
     compared = pairs(arms)
     first = primary_head(heads, primary)
+    heads += [first] if first is not None and first not in heads else []  # an area under the curve: its own row
     post_hoc = bool(registered) and first is not None and first.metric != _planned(heads, registered[0])
-    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs, post_hoc) for a, b in compared])
-             for h in heads}
-    for metric, level in (sequential or {}).items():
-        diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
-                         for d in diffs.get(metric, [])]
+    diffs, levels, family = _differences(heads, compared, runs, effect, first, post_hoc, sequential or {})
     chosen = _verdict_heads(heads, compared, first)
     common += [f"Runs used per arm: {seeds_used(arms)}."] if common else []
     many = len(compared) > VERDICT_REDUCE
     # an arm whose mask, filter or correction never acted is its baseline: said before any verdict on it
     verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
     verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
-    verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms) + list(rounds)
+    verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms, levels) + list(rounds)
     verdict += _unplanned(registered[1:], compared)
     front: list[Block] = [Block("h1", _title(runs, arms, task)),
-                          Block("p", _experiment(runs, arms, keys, effect, first, post_hoc)),
+                          Block("p", _experiment(runs, arms, keys, effect, first, post_hoc) + " " + family),
                           Block("list", items=tuple(verdict), id="verdict")]
     shown = [d for h in chosen[: 1 if many else None] for d in diffs[h.metric] if d.role != EXPLORATORY]
     figures, front_files = _figures(arms, heads, diffs, shown, first, compared, out_dir, smooth)
@@ -138,16 +139,42 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     (out_dir / "report.md").write_text(to_markdown(blocks, out_dir))
     (out_dir / "report.html").write_text(to_html(blocks, "gspo report"))
     say(f"report: page written: {out_dir / 'report.html'}")
-    summary = summary_frame(arms, keys, heads, diffs)
-    summary.to_csv(out_dir / "summary.csv", index=False)
+    summary, outcomes = _data_files(out_dir, arms, keys, heads, diffs, task)
     mode = report_wandb_mode(wandb, runs)
     all_plots = [(p.stem.replace("_", " "), p) for p in front_files] + plots
     wandb_note = log_report(mode, runs, out_dir, all_plots, summary) if mode != Wandb.DISABLED else None
-    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *front_files,
-             *(p for _, p in plots)]
+    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv", *([outcomes] if outcomes else []),
+             *front_files, *(p for _, p in plots)]
     first = heads[0] if heads else None
     table = arm_table(arms, first, valid_range(first.metric, runs)) if first else pd.DataFrame()
     return Report(out_dir, table, first.title if first else "", files, notes, wandb_note, verdict)
+
+
+def _data_files(out_dir: Path, arms: list[Arm], keys: list[str], heads: list[Headline],
+                diffs: dict[str, list[Difference]], task: str) -> tuple[pd.DataFrame, Path | None]:
+    """summary.csv (one row per run) and outcomes.csv.gz (every run's per-problem held-out outcomes, from which
+    report/recompute.py recomputes the noise tables): (the summary, the outcomes file or None)."""
+    summary = summary_frame(arms, keys, heads, diffs)
+    summary.to_csv(out_dir / "summary.csv", index=False)
+    acc = M.EVAL.format(task, M.EVAL_ACCURACY)
+    return summary, write_outcomes(out_dir, arms, diffs.get(acc, []), acc)
+
+
+def _differences(heads: list[Headline], compared: list, runs: list[Run], effect: float, first: Headline | None,
+                 post_hoc: bool, sequential: dict[str, float]) -> tuple[dict[str, list[Difference]], list[float], str]:
+    """(each headline metric's differences, Holm within the metric, the primary score's held to their levels in
+    the page's confirmatory family or the rounds' design; each collapse test's level; the family in words)."""
+    diffs = {h.metric: adjust([_framed(difference(h, a, b, effect), first, runs, post_hoc) for a, b in compared])
+             for h in heads}
+    for metric, level in sequential.items():
+        diffs[metric] = [replace(d, alpha=level, m=len(diffs[metric]), adjusted_by="group-sequential")
+                         for d in diffs.get(metric, [])]
+    rounds = first is not None and first.metric in sequential
+    primary = diffs[first.metric] if first is not None else []
+    held, levels = confirmatory(primary, compared, rounds)
+    if first is not None:
+        diffs[first.metric] = held
+    return diffs, levels, page_words(len(primary), len(compared), rounds) if compared else ""
 
 
 def _figures(arms: list[Arm], heads: list[Headline], diffs: dict[str, list[Difference]], shown: list[Difference],
@@ -216,7 +243,8 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
                "lead, not a finding) and mechanism metrics are described. " if first is not None and not post_hoc
                else "")
             + "Resolved = the primary score's interval "
-            "excludes zero (with several comparisons, the interval at Holm's level); seeds that tied are no test. "
+            "excludes zero at its level in the page's confirmatory family (below) and, paired, its exact sign-flip p is "
+            "within that level too; seeds that tied are no test. "
             "Not resolved (no claim): TOST, the "
             "interval outside which differences are ruled out at 5%, against the smallest effect of interest "
             f"(+-{effect:g}, verdict.effect); MDE, the smallest true difference these seeds resolve with 80% power; "
@@ -226,8 +254,13 @@ def _experiment(runs: list[Run], arms: list[Arm], keys: list[str], effect: float
 
 def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
     """The page's one primary score: `metric` (verdict.primary, gspo report --primary), default held-out accuracy (the first score when
-    the runs have no held-out eval); a `metric` that is no score of these runs is one line."""
+    the runs have no held-out eval), or `auc:<held-out metric>`, the area under its curve (tables.auc_headline); a
+    `metric` that is no score of these runs is one line."""
     scores = [h for h in heads if h.info.kind == SCORE]
+    if (area := auc_headline(metric or "")) is not None:
+        if not any(h.metric == area.metric.removeprefix(AUC) for h in scores):
+            raise GspoError(f"primary score {metric}: these runs logged no {area.metric.removeprefix(AUC)}")
+        return area
     if metric is not None:
         found = next((h for h in scores if h.metric == metric), None)
         if found is None:
@@ -314,7 +347,8 @@ def _sensitivity(arms: list[Arm], key: str, heads: list[Headline], out_dir: Path
              Block("p", "Collapsed: runs whose collapse detector fired (run.json `collapsed`: the training reward's "
                         "moving average or held-out accuracy fell far below its best, or entropy or length broke "
                         "down; trainer/run/collapse.py); p: Boschloo's exact test (two-sided) of the arm's collapsed share "
-                        "against its baseline's. " + " ".join(collapse.pooled_lines(compared)))]
+                        "against its baseline's, unadjusted (the verdict holds each to its level in the page's "
+                        "family). " + " ".join(collapse.pooled_lines(compared)))]
     placed = False
     for h in [h for h in heads if h.info.kind == SCORE][:2]:
         path = out_dir / f"sensitivity_{key.replace('.', '_')}_{h.metric.replace('/', '_')}.png"

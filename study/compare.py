@@ -11,7 +11,9 @@ from shlex import quote
 import typer
 
 from gspo.conf.errors import GspoError
+from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
+from gspo.report.tables import AUC, auc_headline
 from gspo.study import until
 from gspo.study.launch import check_launcher
 from gspo.study.plan import Plan, arm_config, mark_ended, register
@@ -36,7 +38,7 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     command, verdict = f"gspo compare {' '.join(overrides)}".strip(), plan.verdict
     check_launcher(list(plan.overrides), at_once=True)  # before the plan is registered
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
-        primary(arm_config(plan).task.name, verdict.primary)
+        _check_primary(arm_config(plan).task.name, verdict)
     for note in plan.notes:
         typer.echo(f"note: {note}", err=True)
     outer = Path(sweep_folder(plan.folder) if plan.folder else f"results/sweeps/{new_stamp()}")  # resolved once
@@ -50,6 +52,18 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
         dirs, lines = fixed_rounds(plan, outer, call)
     return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
                         effect=verdict.effect, primary=verdict.primary, rounds=lines, registered=_registered(outer, plan))
+
+
+def _check_primary(task: str, verdict: VerdictConfig) -> None:
+    """verdict.primary names a score of the task's page, or the area under a held-out curve (auc:<metric>, read by
+    the page; the rounds answer a final score only): one line before any run otherwise."""
+    if auc_headline(verdict.primary) is None:
+        primary(task, verdict.primary)
+    elif verdict.until == Until.RESOLVED:
+        raise GspoError(f"verdict.primary={verdict.primary}: the rounds of verdict.until=resolved answer a final score; "
+                        "an area under the curve is read by a compare without rounds (or gspo report --primary)")
+    else:
+        primary(task, verdict.primary.removeprefix(AUC))
 
 
 def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], list[str]]:

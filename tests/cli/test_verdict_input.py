@@ -23,6 +23,12 @@ CASES = [
     ("primary-another-task", ["compare", "verdict.until=resolved", "verdict.primary=eval/math/accuracy"],
      "verdict.primary=eval/math/accuracy: not a score of task arith's page"),
     ("primary-old-name", ["compare", "verdict.metric=reward/mean"], "verdict.metric is named verdict.primary now"),
+    ("primary-area-of-a-reward", ["compare", "verdict.primary=auc:reward/mean"],
+     "primary score auc:reward/mean: an area under the curve is of a held-out score"),
+    ("primary-area-with-rounds", ["compare", "verdict.until=resolved", "verdict.primary=auc:eval/arith/accuracy"],
+     "the rounds of verdict.until=resolved answer a final score"),
+    ("primary-area-another-task", ["compare", "verdict.primary=auc:eval/math/accuracy"],
+     "verdict.primary=eval/math/accuracy: not a score of task arith's page"),
 ]
 
 

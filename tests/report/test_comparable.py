@@ -142,8 +142,13 @@ def test_boschloo_exact_test_matches_hand_computations():
     assert line(Count("GSPO", 2, 3, (20, 30)), Count("GRPO", 0, 3)) == (
         "collapsed: GSPO 2/3 vs GRPO 0/3 (first at step 20 vs -; Boschloo's exact test p = 0.22): not resolved")
     assert line(Count("GSPO", 1, 2), Count("GRPO", 0, 2)).endswith(
-        "not resolved; with 2 and 2 runs no count can be (all against none gives p = 0.12)")
+        "not resolved; with 2 and 2 runs no count can be at this level (all against none gives p = 0.12)")
     assert line(Count("GRPO", 3, 3), Count("GSPO", 0, 3)).endswith("resolved (GRPO collapses more often)")
+    # held to its level in the page's family (issue 57): 3/3 vs 0/3 (p 0.031) is no claim at 0.01, and says so
+    assert line(Count("GRPO", 3, 3), Count("GSPO", 0, 3), 0.01) == (
+        "collapsed: GRPO 3/3 vs GSPO 0/3 (first at step - vs -; Boschloo's exact test p = 0.031, at its level 0.01 of "
+        "the page's 0.05): not resolved; with 3 and 3 runs no count can be at this level (all against none gives "
+        "p = 0.031)")
 
 
 def test_exact_mcnemar_where_the_runs_pair_by_seed(tmp_path):
@@ -263,3 +268,37 @@ def test_unequal_arms_say_each_arms_seeds_and_a_terminal_gets_a_first_line_at_on
     assert first_line(["train"]) == ("gspo train: starting (loading torch and its libraries: seconds on a quiet "
                                         "machine, minutes on a busy one)")
     assert first_line(["train", "--help"]) is None and first_line(["--help"]) is None
+
+
+def test_a_run_that_failed_or_stopped_early_keeps_its_pair_with_its_last_eval(tmp_path):
+    """Intention-to-treat (issue 57 D5): a run that failed at step 8 (or a rule stopped, not a collapse) keeps its
+    pair with its last held-out eval (step 8), the others are not cut to its step, and the page says so; the
+    paired difference is the one the rounds read (every run's last value), not the step-8 one."""
+    acc = "eval/arith/accuracy"
+    grpo = [fake_run(tmp_path, "grpo", s, steps=20, eval_every=4) for s in range(3)]
+    gspo = [fake_run(tmp_path, "gspo", s, steps=20, eval_every=4, level=0.6) for s in range(3)]
+    _status(_cut(gspo[1], 8, "failed"), error="step 9: loss is nan", stopped="nonfinite")
+    final = {r: [json.loads(x) for x in (r / "metrics.jsonl").read_text().splitlines()] for r in grpo + gspo}
+    last = {r: [row[acc] for row in rows if acc in row][-1] for r, rows in final.items()}
+    report = write_report(grpo + gspo, tmp_path / "out", wandb="disabled")
+    assert report.verdict[0] == ("gspo-lr0.0001-s1 ended early at step 8 (nonfinite): intention-to-treat, it keeps its "
+                                 "pair with its last values (held-out eval of step 8), in the verdict, the tables and the "
+                                 "rounds alike; the other runs are not cut to its step.")
+    diff = next(v for v in report.verdict if v.startswith("held-out accuracy [primary]: GSPO - GRPO"))
+    itt = sum(last[a] - last[b] for a, b in zip(gspo, grpo, strict=True)) / 3
+    assert f"= {itt:+.3g} " in diff and "paired t, 3 seeds" in diff
+    step8 = {r: next(row[acc] for row in final[r] if row["step"] == 8) for r in grpo + gspo}
+    assert f"= {sum(step8[a] - step8[b] for a, b in zip(gspo, grpo, strict=True)) / 3:+.3g} " not in diff
+
+
+def test_one_missing_value_leaves_out_its_seeds_pair_not_the_pairing(tmp_path):
+    """Issue 57 D9: a run with no held-out value leaves that seed's pair out, said in the line; the other
+    seeds stay paired (before, the whole comparison fell back to Welch's, +0.192 on an A/A-like case)."""
+    runs = [fake_run(tmp_path, algo, s) for algo in ("grpo", "gspo") for s in range(4)]
+    path = runs[5] / "metrics.jsonl"  # gspo seed 1: no held-out value at all (its evals failed)
+    rows = [{k: v for k, v in json.loads(x).items() if k != "eval/arith/accuracy"} for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(runs, tmp_path / "out", wandb="disabled")
+    diff = next(v for v in report.verdict if v.startswith("held-out accuracy [primary]: GSPO - GRPO"))
+    assert "(paired t, 3 seeds:" in diff and "Welch, unpaired" not in diff
+    assert "seed 1's pair left out: a run of it has no final value (the other seeds stay paired)" in diff

@@ -10,6 +10,7 @@ import math
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -49,11 +50,16 @@ def test_markdown_opens_with_the_verdict_then_the_forest_plot(compare_report):
     assert re.search(r"- clipped tokens \[mechanism, described\]: GSPO [\d.]+ vs GRPO [\d.]+ at train.lr=0.0001 \(\d+x; "
                      r"difference \+[\d.]+, paired t, 3 seeds: 95% CI .*: GSPO higher \(the interval excludes zero; a "
                      r"mechanism: described, not a score\)", first)
-    assert re.search(r"- held-out accuracy \[primary\]: GSPO - GRPO = [+-][\d.]+ at train.lr=0.0001 \(paired t, 3 seeds: 95% "
-                     r"CI [+-][\d.]+ to [+-][\d.]+, t p = [\d.]+; exact sign-flip p = [\d.]+ \(its floor at 3 seeds: "
-                     r"2/2\^3 = 0.25\); Welch [+-][\d.]+ to [+-][\d.]+\): no claim \(not resolved\); within [+-][\d.]+ to "
-                     r"[+-][\d.]+ \(TOST\), so not shown equivalent within \+-0.02; MDE [\d.]+; ~\d+ seeds/arm for 0.02 "
-                     r"\(80% power at the sd's 80% upper bound; ~\d+ at the sd measured\)", first)
+    # one family-wise 5% over the page's confirmatory lines: the comparison and the collapse test (80% / 20%); the
+    # TOST interval is printed only where it shows equivalence
+    assert re.search(r"- held-out accuracy \[primary\]: GSPO - GRPO = [+-][\d.]+ for these 128 held-out problems, "
+                     r"from the tiny cold start, train.lr=0.0001, step 12 \(paired t, 3 seeds: Holm "
+                     r"over the page's 2 confirmatory lines: 96.00% CI [+-][\d.]+ to [+-][\d.]+, t p = [\d.]+; exact "
+                     r"sign-flip p = [\d.]+ \(its floor at 3 seeds: 2/2\^3 = 0.25\); Welch [+-][\d.]+ to [+-][\d.]+\): no "
+                     r"claim \(not resolved\); not shown equivalent within \+-0.02 \(TOST\); MDE [\d.]+; ~\d+ seeds/arm for "
+                     r"0.02 \(80% power at the sd's 80% upper bound; ~\d+ at the sd measured\)", first)
+    assert ("Its 2 confirmatory lines share one family-wise 5%: weighted Holm over the 1 comparison(s) of the primary "
+            "score (80% of alpha, split equally) and the 1 collapse test(s) (20%)") in first
     assert "- training reward [exploratory]: GSPO - GRPO = " in first
     assert "post-hoc" not in md and "would resolve a difference this large" not in md
     assert md.index("## Key curves") < md.index("## Setup") < md.index("## Results")
@@ -156,14 +162,16 @@ def test_a_learning_rate_sweep_draws_the_sensitivity_curve_and_the_collapse_tabl
         f"held-out accuracy [primary]: GSPO lr={lr} - GRPO lr={lr}" for lr in ("0.0001", "0.0003", "0.0007")]
     # collapse as a verdict: the count, Boschloo's exact test where a run collapsed (1/3 vs 3/3 mirrors 2/3 vs 0/3:
     # 14/64, test_comparable), McNemar's beside it where the seeds pair (2 seeds collapsed under GRPO only: 2/2^2),
-    # and pooled over the rates (a summary, unpaired: the seeds repeat across rates)
+    # at its weighted Holm level over the page's 6 confirmatory lines (20% of 5% over 3 tests), and pooled over the
+    # rates, described (unlike risks added: no test)
     assert report.verdict[-3:] == [
         "4 of 18 runs collapsed (dashed lines in the curves).",
         "collapsed: GSPO lr=0.0007 1/3 vs GRPO lr=0.0007 3/3 (first at step 6 vs 6; paired by seed: 0 seed(s) collapsed "
-        "in GSPO lr=0.0007 only, 2 in GRPO lr=0.0007 only, exact McNemar p = 0.5; Boschloo's exact test p = 0.22): "
-        "not resolved",
-        "collapsed, pooled over train.lr (3 values; a summary: unlike risks added): GSPO 1/9 vs GRPO 3/9 (first at "
-        "step 6 vs 6; Boschloo's exact test p = 0.32): not resolved"]
+        "in GSPO lr=0.0007 only, 2 in GRPO lr=0.0007 only, exact McNemar p = 0.5; Boschloo's exact test p = 0.22, at "
+        "its level 0.0033 of the page's 0.05): not resolved; with 3 and 3 runs no count can be at this level (all "
+        "against none gives p = 0.031)",
+        "collapsed, pooled over train.lr (3 values): GSPO 1/9 vs GRPO 3/9 (first at step 6 vs 6); described, not "
+        "tested: a pooled table adds unlike risks (a high rate collapses both), so it is no confirmatory line"]
     assert "see the collapse table" not in md
     # with this many comparisons the verdict gives the primary score in full, the training reward and the clipped
     # tokens one line each (GSPO clips ~0.24 of tokens against GRPO's ~0.002 at every rate), and any other metric
@@ -214,19 +222,22 @@ def _finals(root: Path, values: dict[str, list[float]], metric: str = "eval/arit
 def test_a_tie_is_no_claim_and_a_cut_interval_keeps_its_test_in_the_verdict(tmp_path):
     """Issue 45's cases on a page: every seed -1/128 (results/compare-default's greedy row) is no test (no MDE,
     no seed count, the sign-flip floor beside it); (0.92, 0.55, 0.95) vs (0.02, 0.05, 0.03) keeps its t p
-    (0.030) and says the exact sign-flip test cannot confirm it at 3 seeds."""
+    (0.030), its interval excluding zero, and says why it is no claim: the exact sign-flip test cannot confirm it at
+    3 seeds (the page's comparisons are gated by it, issue 57)."""
     tie = write_report(_finals(tmp_path / "tie", {"grpo": [0.5, 0.625, 0.75], "gspo": [0.5 - 1 / 128, 0.625 - 1 / 128,
                                                                                        0.75 - 1 / 128]}),
                        tmp_path / "o1", wandb="disabled").verdict[0]
-    assert tie.startswith("held-out accuracy [primary]: GSPO - GRPO = -0.00781 at train.lr=0.0001 (paired, 3 seeds; exact "
+    assert tie.startswith("held-out accuracy [primary]: GSPO - GRPO = -0.00781 for these 128 held-out problems, from the tiny cold "
+                          "start, train.lr=0.0001, step 12 (paired, 3 seeds; exact "
                           "sign-flip p = 0.25 (its floor at 3 seeds: 2/2^3 = 0.25)): every seed gave the same difference, "
                           "so the t has no spread to test: no claim")
     assert "MDE" not in tie and "seeds/arm" not in tie
     cut = write_report(_finals(tmp_path / "cut", {"grpo": [0.02, 0.05, 0.03], "gspo": [0.92, 0.55, 0.95]}),
                        tmp_path / "o2", wandb="disabled").verdict[0]
-    assert "95% CI +0.185 to +1, t p = 0.03;" in cut
-    assert cut.endswith("resolved (GSPO higher; by the t alone: the exact sign-flip test cannot go below 0.25 at 3 "
-                        "seeds, so this rests on the t's normal shape)")
+    assert "Holm over the page's 2 confirmatory lines: 96.00% CI +0.11 to +1, t p = 0.03;" in cut
+    assert ("no claim (not resolved: the interval excludes zero, but at 3 seeds the exact sign-flip p cannot go below "
+            "2/2^3 = 0.25, above its level 0.04; a claim by the t alone would rest on the normal shape of 3 differences: "
+            "6 seeds per arm is the fewest that can resolve at this level)") in cut
 
 
 def test_other_scores_are_exploratory_and_a_dynamic_sampling_reward_is_flagged(tmp_path):
@@ -264,3 +275,44 @@ def test_iqm_from_five_seeds_and_p_better_by_seed():
     # by seed: a = (1, 2, 3), b = (0, 3, 3): 1 higher, 1 lower, 1 tied -> 0.5; over every pair it is 4.5 / 9
     assert prob_improvement([1, 2, 3], [0, 3, 3], paired=True) == 0.5
     assert prob_improvement([1, 2, 3], [0, 3, 3]) == pytest.approx(4 / 9)
+
+
+def test_the_forest_never_calls_a_mechanism_resolved_and_its_whisker_is_the_verdicts_interval(tmp_path):
+    """Issue 57 (D10, item 4): a clip fraction whose interval excludes zero is `excludes 0 (described)`, never
+    `resolved`; the primary comparison's whisker is the interval at its Holm level in the page's family (a Bonferroni
+    whisker could cross zero where Holm resolved), and a line the sign-flip gate refused says so."""
+    from gspo.report.arms import group_arms, pairs
+    from gspo.report.family import confirmatory
+    from gspo.report.plots import forest_words
+    from gspo.report.runs import load_runs
+    from gspo.report.tables import PRIMARY, Headline, difference
+
+    runs, _ = load_runs(_finals(tmp_path / "r", {"grpo": [0.02, 0.05, 0.03], "gspo": [0.92, 0.55, 0.95]}))
+    arm, base = pairs(group_arms(runs))[0]
+    clip = difference(Headline("clip/token_frac", "mean", "clipped tokens"), arm, base)
+    assert clip.resolved and forest_words(clip) == "excludes 0 (described)"
+    acc = replace(difference(Headline("eval/arith/accuracy", "final", "acc", True), arm, base), role=PRIMARY)
+    [held], levels = confirmatory([acc], [(arm, base)])
+    assert held.alpha == pytest.approx(0.04) and levels == [pytest.approx(0.01)]
+    assert (held.whisker.low, held.whisker.high) == (held.adjusted.low, held.adjusted.high) and held.whisker.low > 0
+    assert not held.resolved and forest_words(held) == "no claim (sign-flip p > level)"
+
+
+def test_after_rounds_the_collapse_lines_are_described_not_tested(tmp_path):
+    """Issue 57 (D1) with the rounds (item 2): the group-sequential design spends the page's whole 5% on the primary
+    score, so an until page's collapse tests must not add their own 1% on top (a union of 6%): each is described,
+    its exact p said, never resolved, and the page says the split."""
+    from gspo.report.arms import group_arms, pairs
+    from gspo.report.collapse import Count, line
+    from gspo.report.family import confirmatory, page_words
+    from gspo.report.runs import load_runs
+    from gspo.report.tables import PRIMARY, Headline, difference
+
+    runs, _ = load_runs(_finals(tmp_path / "r", {"grpo": [0.02, 0.05, 0.03], "gspo": [0.92, 0.55, 0.95]}))
+    arm, base = pairs(group_arms(runs))[0]
+    acc = replace(difference(Headline("eval/arith/accuracy", "final", "acc", True), arm, base), role=PRIMARY)
+    [held], levels = confirmatory([acc], [(arm, base)], sequential=True)
+    assert held == acc and len(levels) == 1 and math.isnan(levels[0])
+    said = line(Count("GSPO", 6, 6, (3,) * 6), Count("GRPO", 0, 6), levels[0])  # all against none: p ~ 0.002
+    assert "described, not tested" in said and "resolved" not in said
+    assert "described, not tested" in page_words(1, 1, sequential=True)
