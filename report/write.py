@@ -124,7 +124,7 @@ def write_report(paths: list, out_dir: Path, command: str = "", wandb: str = "ru
     verdict = common + never_acted(arms) + _verdict(arms, [d for h in chosen[: 1 if many else None] for d in diffs[h.metric]])
     verdict += [summary_line(h, diffs[h.metric]) for h in chosen[1:] if many and diffs[h.metric]]
     verdict += also_excluding(heads, chosen, diffs) + collapse.verdict(compared, arms, levels) + list(rounds)
-    verdict += _unplanned(registered[1:], compared)
+    verdict += _unplanned(registered[1:], compared, arms)
     front: list[Block] = [Block("h1", _title(runs, arms, task)),
                           Block("p", _experiment(runs, arms, keys, effect, first, post_hoc) + " " + family),
                           Block("list", items=tuple(verdict), id="verdict")]
@@ -270,14 +270,20 @@ def primary_head(heads: list[Headline], metric: str | None) -> Headline | None:
     return next((h for h in scores if h.metric.endswith("/" + M.EVAL_ACCURACY)), scores[0] if scores else None)
 
 
-def _unplanned(planned: tuple[str, ...], compared: list) -> list[str]:
-    """The line a page gives when its runs make fewer comparisons than the plan registered (an arm without runs):
-    its alpha is then split over the page's comparisons, not the registered ones."""
+def _unplanned(planned: tuple[str, ...], compared: list, arms: list) -> list[str]:
+    """The line a page gives when its runs make fewer comparisons than the plan registered: its alpha is then split
+    over the page's comparisons, not the registered ones. Either an arm has no runs (the registered comparisons
+    name more arms than the page has), or every arm is here and the plan paired them otherwise (a plan.json of a
+    gspo whose pairing read override strings, not configs: study/plan.py `comparisons`)."""
     if not planned or len(planned) <= len(compared):
         return []
-    return [f"The experiment's plan registered {len(planned)} comparisons ({'; '.join(planned)}); these runs give "
-            f"{len(compared)}, so the alpha is split over {len(compared)}, not the registered {len(planned)}: an arm's "
-            "runs are missing; rerun the compare in its folder to run them before reading a claim."]
+    named = {a for c in planned for a in c.split(" vs ")}
+    head = (f"The experiment's plan registered {len(planned)} comparisons ({'; '.join(planned)}); these runs give "
+            f"{len(compared)}, so the alpha is split over {len(compared)}, not the registered {len(planned)}: ")
+    if len(named) > len(arms):
+        return [head + "an arm's runs are missing; rerun the compare in its folder to run them before reading a claim."]
+    return [head + f"all {len(arms)} registered arms have runs, and the page pairs them as their configs differ (each "
+            "arm against its stratum's first), where this plan.json's gspo paired them by their override strings."]
 
 
 def _planned(heads: list[Headline], metric: str | None) -> str | None:

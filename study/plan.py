@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,6 +32,7 @@ from gspo.conf.overrides import (
 )
 from gspo.conf.resume import trajectory_neutral
 from gspo.conf.schema import VerdictConfig
+from gspo.report.arms import Arm, label_keys, pairs, short_label
 from gspo.trainer.run.rundir import gspo_version
 from gspo.trainer.run.sweepdir import PLAN, read_plan, write_plan
 from gspo.vocab.choices import Until
@@ -173,16 +175,18 @@ def _flat(node, prefix: str = "") -> dict:
     return {prefix[:-1]: node}
 
 
-def comparisons(plan: Plan) -> list[str]:
-    """`arm vs baseline`, as the report pairs arms: the algorithm (else the first swept key) compared within each
-    value of the other keys, against the stratum's first arm (report/arms.py `pairs`)."""
-    values = {arm: dict(t.split("=", 1) for t in arm.split()) for arm in plan.arms}
-    keys = list(next(iter(values.values()), {}))
-    first = next((k for k in keys if key_of(k) == "algo"), keys[0] if keys else None)
-    strata: dict[tuple, list[str]] = {}
-    for arm, said in values.items():
-        strata.setdefault(tuple((k, v) for k, v in said.items() if k != first), []).append(arm)
-    return [f"{arm} vs {group[0]}" for group in strata.values() for arm in group[1:]]
+def comparisons(plan: Plan, configs: dict[str, dict] | None = None) -> list[str]:
+    """`arm vs baseline`, exactly as the report will pair the arms' runs: the report's own label keys and strata
+    (report/arms.py) over each arm's composed config (`configs`: arm_configs(plan)), so the plan registers the
+    page's comparisons. On override strings alone they can differ: algo=gspo_tis is GSPO with a correction, its own
+    stratum on the page (algo.correction.kind differs), not a third algorithm beside GRPO."""
+    configs = arm_configs(plan) if configs is None else configs
+    if len(configs) < 2:
+        return []
+    keys = label_keys([SimpleNamespace(config=c) for c in configs.values()])
+    arms = {name: Arm(short_label(v := {k: c.get(k) for k in keys}), v, []) for name, c in configs.items()}
+    names = {id(a): name for name, a in arms.items()}
+    return [f"{names[id(arm)]} vs {names[id(base)]}" for arm, base in pairs(list(arms.values()))]
 
 
 def record(plan: Plan, rounds: list[list[int]] | None = None) -> dict:
@@ -191,11 +195,12 @@ def record(plan: Plan, rounds: list[list[int]] | None = None) -> dict:
     v = plan.verdict
     until = v.until == Until.RESOLVED
     stop = {"until": v.until, **({f"verdict.{k}": getattr(v, k) for k in DESIGN_VERDICT} if until else {})}
-    pairs = comparisons(plan)
+    configs = arm_configs(plan)
+    compared = comparisons(plan, configs)
     return json.loads(json.dumps({
-        "gspo": gspo_version(), "preset": plan.preset, "arms": arm_configs(plan), "seeds": list(plan.seeds),
-        "primary": v.primary, "effect": v.effect, "comparisons": pairs,
-        "alpha": f"0.05 over the {len(pairs)} comparison(s) of the primary score: "
+        "gspo": gspo_version(), "preset": plan.preset, "arms": configs, "seeds": list(plan.seeds),
+        "primary": v.primary, "effect": v.effect, "comparisons": compared,
+        "alpha": f"0.05 over the {len(compared)} comparison(s) of the primary score: "
                  + ("Bonferroni, then group-sequential spending over the looks" if until else "Holm"),
         "stop": stop, "launcher": [o for o in plan.overrides if o.startswith(("hydra/launcher=", "hydra.launcher."))],
         "rounds": rounds or [list(plan.seeds)], "ended": None}))

@@ -243,3 +243,13 @@ def test_separate_groups_are_not_told_they_lack_the_plans_comparisons(tmp_path):
     assert len(groups) == 2 and not any("plan registered" in line for _, r in groups for line in r.verdict)
     one = write_report(runs[:4], tmp_path / "one", wandb="disabled", registered=registered)
     assert any("The experiment's plan registered 2 comparisons" in line for line in one.verdict)
+
+
+def test_the_plan_registers_the_comparisons_the_page_makes_from_the_arms_configs():
+    """The staleness preset's GSPO+TIS (algo=gspo_tis: algo.name gspo with a TIS correction) is its own stratum on the
+    page, as algo.correction.kind differs: the plan registers GSPO - GRPO at each lag, the 4 comparisons the page
+    tests, not 8 from its override strings (seen: the page then said an arm's runs were missing when none was)."""
+    from gspo.study.plan import comparisons
+    plan = make_plan(["+sweep=staleness", "seed=0"], preset="staleness", params=sweep_params("staleness"))
+    assert len(plan.arms) == 12
+    assert comparisons(plan) == [f"rollout.lag={k} algo=gspo vs rollout.lag={k} algo=grpo" for k in (0, 1, 2, 4)]
