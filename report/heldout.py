@@ -71,7 +71,7 @@ class Outcomes:
 
 
 @lru_cache(maxsize=512)
-def _eval_rows(path: Path, mtime: float) -> tuple[dict, ...]:
+def read_eval_rows(path: Path, mtime: float) -> tuple[dict, ...]:
     rows, _ = read_jsonl_lines(path)
     return tuple(r for r in rows if isinstance(r, dict) and isinstance(r.get("correct"), list))
 
@@ -90,7 +90,7 @@ def final_outcomes(run: Run, metric: str) -> Outcomes | None:
     if not path.is_file():
         return None
     greedy = TASK_STATS[parts[2]]
-    rows = [r for r in _eval_rows(path, path.stat().st_mtime) if r.get("benchmark") == parts[1]
+    rows = [r for r in read_eval_rows(path, path.stat().st_mtime) if r.get("benchmark") == parts[1]
             and r.get("step") == step and r.get("source") == "train" and (r.get("temperature") == 0) == greedy]
     if not rows:
         return None

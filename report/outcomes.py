@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gspo.report.heldout import TASK_STATS, _eval_rows, final_outcomes
+from gspo.report.heldout import TASK_STATS, final_outcomes, read_eval_rows
 from gspo.report.tables import PAIRED, Difference
 
 OUTCOMES = "outcomes.csv.gz"
@@ -28,7 +28,7 @@ def _rows(run, arm: str, base: str, paired: bool, finals: dict[bool, int | None]
     if not path.is_file():
         return []
     last = {}
-    for row in _eval_rows(path, path.stat().st_mtime):
+    for row in read_eval_rows(path, path.stat().st_mtime):
         if row.get("source") == "train":
             last[(row.get("benchmark"), row.get("step"), row.get("temperature") == 0)] = row
     out = []

@@ -61,13 +61,13 @@ def to_markdown(blocks: list[Block], rel_to: Path) -> str:
         elif b.kind == "list":
             out.append("\n".join(f"- {item}" for item in b.items))
         elif b.kind == "table":
-            out.append(_md_table(b.table))
+            out.append(md_table(b.table))
         elif b.kind == "details":
-            out.append(f"<details><summary>{html.escape(b.text)}</summary>\n\n{_md_table(b.table)}\n\n</details>")
+            out.append(f"<details><summary>{html.escape(b.text)}</summary>\n\n{md_table(b.table)}\n\n</details>")
     return "\n\n".join(out) + "\n"
 
 
-def _md_table(table: pd.DataFrame) -> str:
+def md_table(table: pd.DataFrame) -> str:
     cols = list(table.columns)
     lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in table.itertuples(index=False)]

@@ -19,7 +19,7 @@ import pandas as pd
 from gspo.report.heldout import Outcomes
 from gspo.report.noise import crossed_row, paired_row, split_row
 from gspo.report.outcomes import OUTCOMES, as_array
-from gspo.report.page import _md_table
+from gspo.report.page import md_table
 from gspo.report.stats import Interval, clip_to, paired_ci
 
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     for title, table in zip(("Per arm", "Per paired difference", "Over new problems"), tables(frame), strict=True):
-        print(f"{title}:\n\n{_md_table(table) if len(table) else '(none)'}\n")
+        print(f"{title}:\n\n{md_table(table) if len(table) else '(none)'}\n")
     return 0
 
 

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 
 from gspo.report import write_report
-from gspo.report.page import _md_table
+from gspo.report.page import md_table
 from gspo.report.recompute import load, main, tables
 
 
@@ -30,10 +30,10 @@ def test_recompute_from_the_outcomes_alone_gives_the_pages_noise_tables(sweep_di
     split, paired, crossed = tables(frame)
     assert len(split) == 2 and len(paired) == 1 and len(crossed) == 1
     for table in (split, paired, crossed):
-        assert _md_table(table) in md
+        assert md_table(table) in md
     assert main([str(out)]) == 0 and main([str(tmp_path / "none")]) == 2
     with gzip.open(copy, "rt") as f:
         assert pd.read_csv(f).shape == frame.shape
     cli = subprocess.run([sys.executable, "-m", "gspo.report.recompute", str(out)], capture_output=True, text=True,
                          check=False)
-    assert cli.returncode == 0 and _md_table(crossed) in cli.stdout, cli.stderr
+    assert cli.returncode == 0 and md_table(crossed) in cli.stdout, cli.stderr

@@ -85,7 +85,7 @@ def test_the_rounds_stop_by_the_registered_rules_and_a_new_rule_is_one_registrat
     def look_at(dirs, seen, final):
         finals.append(final)
         return SimpleNamespace(seeds=seen[-1], level=0.01, settled=len(dirs) == 3 and not final, diffs=[],
-                               decisions=[])
+                               decisions=[], spent=0.0, error=0.0)
 
     plan = [[0, 1], [2, 3], [4, 5], [6, 7]]
     done = rounds.run_rounds(plan, VerdictConfig(max_seeds=8), _fake_round, look_at)
