@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from gspo.report import collapse
+from gspo.report.collapse import pair_p
 from gspo.report.power import seeds_for
 from gspo.report.stats import COLLAPSE_SHARE, LEVEL, holm
 from gspo.report.tables import PAIRED, Difference
@@ -74,7 +74,7 @@ def confirmatory(diffs: list[Difference], compared: list, sequential: bool = Fal
     """(the primary score's comparisons held to their levels in the page's family, each collapse test's level, one
     per compared pair). `sequential`: the comparisons keep the design's levels, which spent the whole alpha; the
     collapse tests' levels are NaN (described, not tested)."""
-    ps = [collapse.pair_p(arm, base) for arm, base in compared]
+    ps = [pair_p(arm, base) for arm, base in compared]
     if sequential:
         return diffs, [math.nan] * len(ps)
     levels = holm([gated_p(d) for d in diffs] + ps, ALPHA, weights(len(diffs), len(ps)))

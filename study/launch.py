@@ -16,16 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
-from typing import TYPE_CHECKING
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from gspo.conf.choice_check import near_hint
 from gspo.conf.errors import GspoError
-
-if TYPE_CHECKING:
-    from gspo.study.plan import Plan
+from gspo.study.plan import Plan, arm_config
 
 PLUGINS = {"submitit": "hydra_submitit_launcher", "joblib": "hydra_joblib_launcher"}  # launcher name prefix -> plugin
 GIB_PER_JOB = 2  # memory allowed per job run at once by default: a job of the embedded model peaks near 0.75 GiB RSS
@@ -42,8 +39,6 @@ class Machine:
 
     @cached_property
     def config(self) -> DictConfig:
-        from gspo.study.plan import arm_config
-
         return arm_config(self.plan)
 
 
