@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
@@ -26,6 +28,9 @@ from scipy import stats as sps
 from gspo.report.collapse import Count, boschloo_p
 from gspo.report.family import weights
 from gspo.report.stats import LEVEL
+
+sys.path.insert(0, str(Path(__file__).parent))
+from aa_check import flip_p  # noqa: E402  (one vectorized sign-flip p for the A/A scripts)
 
 ALPHA = 1 - LEVEL
 PROBLEMS = 128
@@ -77,17 +82,6 @@ def weighted_holm_levels(p: np.ndarray, w: np.ndarray, alpha: float = ALPHA) -> 
     levels = np.where(np.arange(p.shape[1]) < first[:, None], alpha * ws / left, alpha * ws / stop)
     out = np.empty_like(levels)
     np.put_along_axis(out, order, levels, 1)
-    return out
-
-
-def flip_p(d: np.ndarray) -> np.ndarray:
-    """The exact sign-flip p (stats.sign_flip_p) on the last axis of d [R, n], in blocks of 4,096 rows."""
-    n = d.shape[-1]
-    signs = (1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)[None, :]) & 1)).astype(float).T  # [n, 2^n]
-    out = np.empty(len(d))
-    for i in range(0, len(d), 4096):
-        block = d[i:i + 4096]
-        out[i:i + 4096] = (np.abs(block @ signs) >= np.abs(block.sum(1))[:, None] * (1 - 1e-12)).mean(1)
     return out
 
 
