@@ -64,5 +64,5 @@ def test_family2026b_composes_and_plans_every_arm():
     assert len(jobs) == 3 * len(ARMS) and jobs[0] == "seed=0 algo=grpo" and jobs[-1] == "seed=2 algo=dro"
     for job in jobs[: len(ARMS)]:
         cfg = compose_config(["+sweep=family2026b", *job.split()])
-        assert cfg.rollout.dtype == "bfloat16" and cfg.train.steps == 60
+        assert cfg.rollout.dtype == "bfloat16" and cfg.rollout.lag == 2 and cfg.train.steps == 60
         check_run(cfg, build_task(cfg.task), World(), torch.device("cpu"))  # every arm passes the pre-run checks
