@@ -95,7 +95,7 @@ def continued_config(composed: DictConfig, path: Path) -> DictConfig:
     differently (an edited preset, a default changed by an update) would mix two configs in one run: refused,
     naming the keys, unless resume may change it (EXTENDS: applied, as on `gspo train resume=`)."""
     saved = saved_config(path, f"the sweep's job for {path}")
-    now, was = _flat(composed), _flat(saved)
+    now, was = flat_config(composed), flat_config(saved)
     changed = [k for k in sorted(now.keys() | was.keys()) if now.get(k, _ABSENT) != was.get(k, _ABSENT)]
     mixed = [k for k in changed if not _extends(k)]
     if mixed:
@@ -116,14 +116,15 @@ def continued_config(composed: DictConfig, path: Path) -> DictConfig:
 _ABSENT = object()
 
 
-def _flat(cfg: DictConfig) -> dict:
-    """{"train.lr": 1e-4, ...}: every leaf of `cfg`, resolved."""
-    def leaves(node, prefix: str) -> dict:
-        if isinstance(node, dict) and node:
-            return {k: v for key, value in node.items() for k, v in leaves(value, f"{prefix}{key}.").items()}
-        return {prefix[:-1]: node}
+def flat_config(cfg: DictConfig) -> dict:
+    """{"train.lr": 1e-4, ...}: every leaf of `cfg`, resolved (an empty node a leaf; lists kept as lists)."""
+    return _leaves(OmegaConf.to_container(cfg, resolve=True), "")
 
-    return leaves(OmegaConf.to_container(cfg, resolve=True), "")
+
+def _leaves(node, prefix: str) -> dict:
+    if isinstance(node, dict) and node:
+        return {k: v for key, value in node.items() for k, v in _leaves(value, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
 
 
 def _check_steps(saved: DictConfig, steps, path: Path) -> None:

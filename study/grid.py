@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from gspo.conf import compose_config
 from gspo.conf.errors import GspoError
-from gspo.report.runs import flatten
+from gspo.conf.resume import flat_config
 from gspo.study.plan import job_overrides, make_plan
 from gspo.study.presets import sweep_params
 
@@ -32,7 +32,7 @@ def grid_text(name: str, rest: list[str], mode: str) -> str:
     plan = make_plan([f"+sweep={name}", *rest], preset=name, params=sweep_params(name))
     jobs = list(plan.jobs or [""])
     configs = [compose_config(job_overrides(plan, job)) for job in jobs]
-    flat = [flatten(OmegaConf.to_container(c, resolve=True)) for c in configs]
+    flat = [flat_config(c) for c in configs]
     keys = [k for k in flat[0] if any(f.get(k) != flat[0][k] for f in flat[1:])]
     lines = [f"# gspo compare preset={name}: {len(jobs)} job(s); each job's swept values, then the resolved keys the "
              "jobs differ in"]

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from gspo.algos import ALGOS
 from gspo.conf.compose import compose_config
@@ -30,7 +30,7 @@ from gspo.conf.overrides import (
     planned_jobs,
     swept_keys,
 )
-from gspo.conf.resume import trajectory_neutral
+from gspo.conf.resume import flat_config, trajectory_neutral
 from gspo.conf.schema import VerdictConfig
 from gspo.report.arms import Arm, label_keys, pairs, short_label
 from gspo.trainer.run.rundir import gspo_version
@@ -165,14 +165,8 @@ def arm_config(plan: Plan, arm: str | None = None) -> DictConfig:
 
 def arm_configs(plan: Plan) -> dict[str, dict]:
     """Each arm's composed config, flattened: what it trains (trajectory-neutral keys and the run's own left out)."""
-    return {arm: {k: v for k, v in _flat(OmegaConf.to_container(arm_config(plan, arm), resolve=True)).items()
+    return {arm: {k: v for k, v in flat_config(arm_config(plan, arm)).items()
                   if k not in _RUN_KEYS and not trajectory_neutral(k)} for arm in plan.arms}
-
-
-def _flat(node, prefix: str = "") -> dict:
-    if isinstance(node, dict) and node:
-        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix[:-1]: node}
 
 
 def comparisons(plan: Plan, configs: dict[str, dict] | None = None) -> list[str]:
