@@ -42,9 +42,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
     try:
         with initialize_config_module(config_module="gspo.conf", version_base="1.3"):
             cfg = compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
-        algorithms = _algorithm_names(cfg.hydra.runtime.config_sources)
-        kinds = _task_kinds(cfg.hydra.runtime.config_sources)
-        engines = _engine_names(cfg.hydra.runtime.config_sources)
+        names = declared(cfg.hydra.runtime.config_sources)
         with open_dict(cfg):
             del cfg["hydra"]
         OmegaConf.resolve(cfg)
@@ -57,7 +55,7 @@ def compose_config(overrides: list[str] | None = None, *, command: str = "train"
         raise GspoError(_one_line(e, overrides, command)) from None
     finally:
         GlobalHydra.instance().clear()
-    validate_config(cfg, algorithms, kinds, engines)
+    validate_config(cfg, names)
     return cfg
 
 
@@ -70,29 +68,22 @@ def run_config(cfg: DictConfig, overrides: list[str], command: str) -> DictConfi
     return eval_run_config(cfg, overrides)
 
 
-def _algorithm_names(sources=None) -> list[str]:
-    """The `name:` of every preset in the algo group of Hydra's config sources (the package's, and any
-    added with hydra.searchpath): one yaml per algorithm. `sources`: hydra.runtime.config_sources; None:
-    the running Hydra job's (a sweep job), else the package's own."""
-    return _preset_values("algo", "name", sources)
+# group -> the key each of its presets declares: the values a config may name (one yaml per algorithm; the task
+# kinds gspo.trainer.tasks.registry builds; the engines gspo.trainer.engines.registry builds)
+DECLARED = {"algo": "name", "task": "kind", "rollout": "engine"}
 
 
-def _task_kinds(sources=None) -> list[str]:
-    """The `kind:` of every preset in the task group of the config sources (as `_algorithm_names`): the task
-    kinds a config may name, each built by a task registered in gspo.trainer.tasks.registry."""
-    return _preset_values("task", "kind", sources)
-
-
-def _engine_names(sources=None) -> list[str]:
-    """The `engine:` of every preset in the rollout group (as `_algorithm_names`): the engines a config may
-    name, each built by an engine registered in gspo.trainer.engines.registry."""
-    return _preset_values("rollout", "engine", sources)
-
-
-def _preset_values(group_name: str, key: str, sources=None) -> list[str]:
+def declared(sources=None) -> dict[str, list[str]]:
+    """DECLARED's values of every preset in Hydra's config sources (the package's, and any added with
+    hydra.searchpath). `sources`: hydra.runtime.config_sources; None: the running Hydra job's (a sweep job), else
+    the package's own."""
     if sources is None:
         sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else [
             {"schema": "pkg", "path": "gspo.conf"}]
+    return {group: _preset_values(group, key, sources) for group, key in DECLARED.items()}
+
+
+def _preset_values(group_name: str, key: str, sources) -> list[str]:
     values = []
     for source in sources:
         if source["schema"] not in ("pkg", "file"):
@@ -156,14 +147,13 @@ def _check_keys(node: DictConfig, schema: DictConfig, prefix: str) -> None:
             _check_keys(child, sub, f"{prefix}{key}.")
 
 
-def validate_config(cfg: DictConfig, algorithms: list[str] | None = None, task_kinds: list[str] | None = None,
-                    engines: list[str] | None = None) -> None:
-    """Closed choices (`algorithms`, `task_kinds`, `engines`: the names and kinds the algo, task and rollout
-    presets declare; read from Hydra when None), then every rule across fields: each raises a GspoError naming
-    the key and the rule. What an engine can do is asked of the engine, before a run (trainer/engines/registry.py)."""
-    check_choices(cfg, algorithms if algorithms is not None else _algorithm_names(),
-                  task_kinds if task_kinds is not None else _task_kinds())
-    check_choice("rollout.engine", cfg.rollout.engine, sorted(set(engines if engines is not None else _engine_names())))
+def validate_config(cfg: DictConfig, names: dict[str, list[str]] | None = None) -> None:
+    """Closed choices (`names`: what the algo, task and rollout presets declare, `declared`; read from Hydra when
+    None), then every rule across fields: each raises a GspoError naming the key and the rule. What an engine can
+    do is asked of the engine, before a run (trainer/engines/registry.py)."""
+    names = names or declared()
+    check_choices(cfg, names["algo"], names["task"])
+    check_choice("rollout.engine", cfg.rollout.engine, sorted(set(names["rollout"])))
     _check_run_location(cfg)
     check_wandb_online(cfg.logger.wandb)
     t = cfg.train

@@ -58,7 +58,7 @@ def test_the_registries_are_the_vocabulary():
     from gspo.algos import ESTIMATORS
     from gspo.algos.common import aggregate
     from gspo.algos.corrections import correction_weights
-    from gspo.conf.compose import _algorithm_names
+    from gspo.conf.compose import declared
     from gspo.vocab.choices import Advantage, Aggregation, Correction, Level, Ratio
 
     assert tuple(ESTIMATORS) == Advantage.values
@@ -76,7 +76,7 @@ def test_the_registries_are_the_vocabulary():
         correction_weights(old_logp=logp, engine_logp=logp, mask=mask, kind="is", level=Level.TOKEN, cap=2.0, low=0.5,
                            high=2.0)
     assert {get(name).ratio for name in available()} == set(Ratio.values)
-    assert set(_algorithm_names()) == set(available())
+    assert set(declared()["algo"]) == set(available())
 
 
 def test_unknown_algorithm_lists_the_known_ones():

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_rollout_preset_names_a_registered_engine():
-    from gspo.conf.compose import _engine_names
+    from gspo.conf.compose import declared
 
-    assert sorted(set(_engine_names()) - {AUTO}) == sorted(ENGINES) == ["hf", "vllm"]
-    assert AUTO in _engine_names()  # rollout=auto: no engine of its own, resolved to one of them (resolve_engine)
+    assert sorted(set(declared()["rollout"]) - {AUTO}) == sorted(ENGINES) == ["hf", "vllm"]
+    assert AUTO in declared()["rollout"]  # rollout=auto: no engine of its own, resolved to one of them (resolve_engine)
     with pytest.raises(GspoError, match=r"^rollout.engine='sglang': use one of hf, vllm$"):
         engine_kind("sglang")
 

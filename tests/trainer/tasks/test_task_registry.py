@@ -52,7 +52,7 @@ def test_a_new_task_kind_is_one_builder_one_register_line_and_one_yaml(gspo, tmp
 
 
 def test_every_task_preset_kind_is_registered():
-    from gspo.conf.compose import _task_kinds
+    from gspo.conf.compose import declared
 
-    assert sorted(set(_task_kinds())) == sorted(TASKS) == ["arith", "code", "math"]
+    assert sorted(set(declared()["task"])) == sorted(TASKS) == ["arith", "code", "math"]
     assert task_kind("arith").bench_options["arith"] is not None
