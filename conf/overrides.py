@@ -9,8 +9,7 @@ their bounds' key only.
 
 from __future__ import annotations
 
-import itertools
-
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 
@@ -81,19 +80,15 @@ def one_per_key(overrides: list[str], params: dict[str, str] | None = None) -> l
 
 def planned_jobs(overrides: list[str], params: dict[str, str] | None = None) -> tuple[str, ...] | None:
     """The jobs Hydra's basic sweeper will run for `one_per_key`'s overrides, in its job order (job i is item i):
-    each the `key=value` overrides it sweeps, joined by spaces. `params`: the sweeper's params from the config (a
-    preset's hydra.sweeper.params), which come before the command line's as Hydra merges them. None when another
-    sweeper (Optuna) draws the jobs as it goes. Called by study/plan.py alone."""
+    each the `key=value` overrides it sweeps, joined by spaces (its own split_arguments). `params`: the sweeper's
+    params from the config (a preset's hydra.sweeper.params), which come before the command line's as Hydra merges
+    them. None when another sweeper (Optuna) draws the jobs as it goes. Called by study/plan.py alone."""
     if any(o.startswith("hydra/sweeper=") for o in overrides):
         return None
     parsed = [o for o in _parse([f"{k}={v}" for k, v in (params or {}).items()] + overrides)
               if not o.is_hydra_override()]
     if any(o.is_sweep_override() and not o.is_discrete_sweep() for o in parsed):
         return None
-    keys: dict[str, list[str]] = {}  # Hydra's order: a key's first position, its last value
-    for o in parsed:
-        head = o.input_line.split("=", 1)[0]
-        keys[o.key_or_group] = _values(o) if o.is_sweep_override() else [f"{head}={o.get_value_element_as_str()}"]
-    swept = {k: v for k, v in keys.items() if len(v) > 1 or any(o.is_sweep_override() for o in parsed
-                                                                 if o.key_or_group == k)}
-    return tuple(" ".join(combo) for combo in itertools.product(*swept.values())) if swept else ("",)
+    swept = {o.get_key_element() for o in parsed if o.is_sweep_override()}
+    (jobs,) = BasicSweeper.split_arguments(parsed, None)  # Hydra's own expansion, in its job order
+    return tuple(" ".join(t for t in job if t.split("=", 1)[0] in swept) for job in jobs)
