@@ -64,19 +64,19 @@ RULES: dict[str, tuple] = {
 }
 LENGTHS = {"train.adam_betas": (2, 2), "model.lora.target_modules": (1, None), "eval.benches": (0, None),
            "logger.tags": (0, None)}  # items a list setting holds
+_FLOAT32 = "AdamW takes it as a float32"
+_KV = "the KV cache is allocated for every new token; 131,072 is Qwen3's context with YaRN"
+_INT64_DIGITS = "the task counts its problems in 64-bit integers: 10**18 fits, 10**19 does not"
+_LAYER = "a layer's width, allocated when the model is built"
+_DIP = "0 would count any dip below the best as a collapse"
 WHY = {
     "train.adam_betas": "AdamW's beta1 and beta2: a moment's decay, 1 would never forget and never correct its bias",
-    "train.lr": "AdamW takes it as a float32",
-    "model.tiny.sft_lr": "AdamW takes it as a float32",
+    "train.lr": _FLOAT32, "model.tiny.sft_lr": _FLOAT32,
     "rollout.temperature": "logits are divided by it: below 0.01 sampling is greedy in all but name and a logit of "
                            "1,000 passes half precision's range; greedy evals are train.eval_greedy, eval.greedy",
-    "rollout.max_new_tokens": "the KV cache is allocated for every new token; 131,072 is Qwen3's context with YaRN",
-    "eval.max_new_tokens": "the KV cache is allocated for every new token; 131,072 is Qwen3's context with YaRN",
-    "task.min_digits": "the task counts its problems in 64-bit integers: 10**18 fits, 10**19 does not",
-    "task.max_digits": "the task counts its problems in 64-bit integers: 10**18 fits, 10**19 does not",
-    "model.tiny.hidden_size": "a layer's width, allocated when the model is built",
-    "model.tiny.intermediate_size": "a layer's width, allocated when the model is built",
-    "model.tiny.moe_intermediate_size": "a layer's width, allocated when the model is built",
+    "rollout.max_new_tokens": _KV, "eval.max_new_tokens": _KV,
+    "task.min_digits": _INT64_DIGITS, "task.max_digits": _INT64_DIGITS,
+    "model.tiny.hidden_size": _LAYER, "model.tiny.intermediate_size": _LAYER, "model.tiny.moe_intermediate_size": _LAYER,
     "model.tiny.sft_max_steps": "the cold start fine-tunes for at least one step before it is checked",
     "model.lora.alpha": "alpha / r scales every adapter update: 16 to 512 are usual, and an inf scale is NaN at once",
     "train.collapse.entropy_min": "a token's entropy is at most ln(vocabulary size): 11.9 nats for Qwen3's 151,936 "
@@ -86,8 +86,7 @@ WHY = {
     "train.collapse.window": "the moving average of the reward is over at least one step",
     "train.collapse.patience": "a collapse is a fall that lasts at least one step",
     "train.collapse.entropy_max_factor": "at or below 1x the first step's entropy, every run would count as exploding",
-    "train.collapse.reward_drop": "0 would count any dip below the best as a collapse",
-    "train.collapse.eval_drop": "0 would count any dip below the best as a collapse",
+    "train.collapse.reward_drop": _DIP, "train.collapse.eval_drop": _DIP,
     "task.eval_size": "every held-out prompt is sampled at step 0 and at each eval",
     "verdict.effect": "the smallest difference of interest, in the score's units: 0.02 is 2 points of accuracy",
     "verdict.max_seeds": "each seed is one run per arm, and the looks' boundaries are planned over them",
