@@ -8,28 +8,18 @@ import sys
 from pathlib import Path
 from shlex import quote
 
-import typer
-
 from gspo.conf.errors import GspoError
 from gspo.conf.schema import VerdictConfig
 from gspo.report import Report, write_report
 from gspo.report.tables import AUC, auc_headline
 from gspo.study import until
+from gspo.study.job import say
 from gspo.study.launch import check_launcher
 from gspo.study.plan import Plan, arm_config, mark_ended, register
 from gspo.study.rounds import Look, look, plan_rounds, primary, round_lines, run_rounds
 from gspo.study.sweep import SweepCall, new_stamp, run_sweep, sweep_folder
 from gspo.trainer.run.sweepdir import is_sweep, read_plan, sweep_notes, write_plan
 from gspo.vocab.choices import Until
-
-
-def again_command(overrides: list[str]) -> str:
-    """The `gspo compare` command that resumes this one (its folder is added where it is printed)."""
-    return " ".join(["gspo compare", *(quote(o) for o in overrides if not o.startswith("hydra.sweep.dir="))])
-
-
-def _say(message: str) -> None:
-    typer.echo(message, err=True)
 
 
 def compare(plan: Plan, overrides: list[str]) -> Report:
@@ -40,18 +30,19 @@ def compare(plan: Plan, overrides: list[str]) -> Report:
     if verdict.primary is not None:  # one that is no score of the task: one line, before any run
         _check_primary(arm_config(plan).task.name, verdict)
     for note in plan.notes:
-        typer.echo(f"note: {note}", err=True)
+        say(f"note: {note}")
     outer = Path(sweep_folder(plan.folder) if plan.folder else f"results/sweeps/{new_stamp()}")  # resolved once
+    # the report written here, the launcher policy free to run jobs side by side, the command that resumes it (its
+    # folder added where it is printed)
+    again = " ".join(["gspo compare", *(quote(o) for o in overrides if not o.startswith("hydra.sweep.dir="))])
+    call = SweepCall(report_hint=False, at_once=True, again=again, again_dir=outer)
     if verdict.until == Until.RESOLVED:
-        return compare_until(plan, outer, command, again_command(overrides))
-    # the report written here, the launcher policy free to run jobs side by side, the command that resumes it
-    call = SweepCall(report_hint=False, at_once=True, again=again_command(overrides), again_dir=outer)
+        return compare_until(plan, outer, command, call)
     if _older_compare(outer):  # an older gspo's compare: its sweep.json alone checks a rerun
         dirs, lines = [run_sweep(plan.with_keys(hydra__sweep__dir=str(outer)), call)], []
     else:
         dirs, lines = fixed_rounds(plan, outer, call)
-    return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
-                        effect=verdict.effect, primary=verdict.primary, rounds=lines, registered=_registered(outer, plan))
+    return _page(plan, outer, dirs, command, lines)
 
 
 def _check_primary(task: str, verdict: VerdictConfig) -> None:
@@ -91,9 +82,14 @@ def fixed_rounds(plan: Plan, outer: Path, call: SweepCall) -> tuple[list[Path], 
                   "only after seeds were added on seeing the first ones is weaker than its level says."]
 
 
-def _registered(outer: Path, plan: Plan) -> tuple[str | None, ...]:
-    """The page's (primary, *the comparisons the plan registered): fewer on the page are said (report/write.py)."""
-    return plan.verdict.primary, *((read_plan(outer) or {}).get("comparisons") or [])
+def _page(plan: Plan, outer: Path, dirs: list[Path], command: str, lines: list[str],
+          sequential: dict[str, float] | None = None) -> Report:
+    """The report of the plan's runs in <outer>/report, with its registered (primary, *comparisons): fewer on the
+    page are said (report/write.py)."""
+    registered = plan.verdict.primary, *((read_plan(outer) or {}).get("comparisons") or [])
+    return write_report(dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=say,
+                        effect=plan.verdict.effect, primary=plan.verdict.primary, rounds=lines, sequential=sequential,
+                        registered=registered)
 
 
 def _older_compare(outer: Path) -> bool:
@@ -104,7 +100,7 @@ def _round_dir(outer: Path, i: int) -> Path:
     return outer if i == 0 else outer / f"round-{i + 1}"
 
 
-def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
+def compare_until(plan: Plan, outer: Path, command: str, call: SweepCall) -> Report:
     """Rounds of seeds, a group-sequential look after each, then one report over every round."""
     verdict = plan.verdict
     rounds = plan_rounds(plan, verdict)
@@ -114,9 +110,8 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     registered, _ = register(outer, plan, rounds, legacy=until.legacy_plan(outer))
     ended = registered.get("ended") if (registered.get("ended") or {}).get("stop") != "settled" else None
     rounds = rounds[:ended["looks"]] if ended else rounds  # a budget spent: its page again, no new round
-    typer.echo(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
-               f"hydra.sweep.dir={outer} resumes it", err=True)
-    call = SweepCall(report_hint=False, at_once=True, again=again, again_dir=outer)
+    say(f"seeds until resolved: up to {len(rounds)} rounds in {outer}; if interrupted, the same command with "
+        f"hydra.sweep.dir={outer} resumes it")
 
     def run_round(i: int, seeds: list[int]) -> Path:
         folder = run_sweep(plan.with_keys(seed=",".join(map(str, seeds)), hydra__sweep__dir=str(outer / f"round-{i}")),
@@ -129,7 +124,7 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
         until.add_look(outer, {"round": len(dirs), "seeds": seen[-1], "level": lk.level, "settled": lk.settled})
         return lk
 
-    done = run_rounds(rounds, verdict, run_round, look_at, said=lambda m: typer.echo(m, err=True))
+    done = run_rounds(rounds, verdict, run_round, look_at, said=say)
     stop = ended["stop"] if ended else done.stop
     mark_ended(outer, len(done.looks), stop)
     lines = round_lines(done.looks, stop, verdict.max_seeds, verdict.spending, verdict.effect)
@@ -138,6 +133,4 @@ def compare_until(plan: Plan, outer: Path, command: str, again: str) -> Report:
     until.finish(outer, {"rounds": rounds[:len(done.looks)], "seeds": done.seeds,
                          "levels": [lk.level for lk in done.looks], "stop": stop,
                          "page": {"lines": lines, "sequential": sequential}})
-    return write_report(done.dirs, outer / "report", command=command, progress=sys.stderr.isatty(), say=_say,
-                        effect=verdict.effect, primary=verdict.primary, rounds=lines, sequential=sequential,
-                        registered=_registered(outer, plan))
+    return _page(plan, outer, done.dirs, command, lines, sequential)
