@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gspo.conf.errors import GspoError
+from gspo.study.job import say
 from gspo.study.launch import PLUGINS, plugin_installed
 from gspo.trainer.run.sweepdir import read_launch
 
@@ -195,14 +196,9 @@ def job_words(overrides: Sequence[str], every: Sequence[Sequence[str]], swept: S
 def launch_watched(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int):
     """SlurmLauncher.launch, watched: submitit's submission of the job array exactly as Hydra's plugin makes it
     (`submit`), then `Watch.run` in place of waiting on each job's result in turn."""
-    import typer
     from hydra.core.utils import JobReturn, JobStatus
 
     jobs, tasks = submit(self, job_overrides, initial_job_idx)
-
-    def say(message: str) -> None:
-        typer.echo(message, err=True)
-
     total = initial_job_idx + len(jobs)
     swept = read_launch(Path(str(self.config.hydra.sweep.dir))).swept
     watched = [Watched(j, initial_job_idx + i, job_words(o, job_overrides, swept), tasks)
