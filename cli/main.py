@@ -21,6 +21,7 @@ import typer
 from gspo.cli.compare import EPILOG, compare_cmd
 from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
+from gspo.conf.choice_check import group_files
 from gspo.conf.environment import check_hf_endpoint
 from gspo.conf.errors import GspoError, interrupt_said, is_rank0, one_line_errors
 from gspo.conf.schema import Config
@@ -41,8 +42,7 @@ def _groups_help() -> str:
     root = resources.files("gspo.conf")
     lines = []
     for group in (f.name for f in dataclasses.fields(Config) if root.joinpath(f.name).is_dir()):  # the schema's groups
-        names = sorted(p.name.removesuffix(".yaml") for p in root.joinpath(group).iterdir() if p.name.endswith(".yaml"))
-        lines.append(f"{group}={'|'.join(names)}")
+        lines.append(f"{group}={'|'.join(sorted(group_files(group)))}")
     return "Config groups (pick one each): " + "; ".join(lines) + ". " + (
         "Options: any key of the resolved config, e.g. seed=1 train.steps=20 train.lr=1e-4 "
         "train.minibatches=4 rollout.temperature=1.0 logger.wandb=offline; print them all with --cfg. "

@@ -11,6 +11,7 @@ makes its name valid here; the registries of gspo.algos are tested against the v
 from __future__ import annotations
 
 import difflib
+from importlib import resources
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -69,6 +70,13 @@ def near_hint(value: object, valid: tuple[str, ...] | list[str]) -> str:
     folded = {str(v).lower(): str(v) for v in valid}
     near = difflib.get_close_matches(str(value).lower(), list(folded), n=1, cutoff=0.6)
     return f" (did you mean {folded[near[0]]}?)" if near else ""
+
+
+def group_files(*group: str) -> dict[str, str]:
+    """The package's config group conf/<group>/ (`sweep`; `hydra`, `launcher`): each yaml's name -> its text, the
+    names being the group's choices."""
+    root = resources.files("gspo.conf").joinpath(*group)
+    return {p.name.removesuffix(".yaml"): p.read_text() for p in root.iterdir() if p.name.endswith(".yaml")}
 
 
 def check_choice(key: str, value: object, valid: tuple[str, ...] | list[str]) -> None:

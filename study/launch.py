@@ -15,12 +15,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from importlib import resources
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from gspo.conf.choice_check import near_hint
+from gspo.conf.choice_check import group_files, near_hint
 from gspo.conf.errors import GspoError
 from gspo.study.plan import Plan, arm_config
 
@@ -165,15 +164,20 @@ def check_launcher(overrides: list[str], *, at_once: bool = False) -> None:
     """The launcher a sweep names exists and its plugin is installed (ours in conf/hydra/launcher/ build on one);
     hydra.launcher.n_jobs= is a number of jobs at once that joblib runs (`at_once`: the launcher policy may pick
     joblib, so n_jobs alone sets its number). Each one line before the sweep's folder is written, not Hydra's many."""
-    ours = sorted(p.name.removesuffix(".yaml") for p in resources.files("gspo.conf").joinpath("hydra", "launcher").iterdir()
-                  if p.name.endswith(".yaml"))
+    ours = group_files("hydra", "launcher")
+    valid = [*HYDRA_LAUNCHERS, *sorted(ours)]
     names = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra/launcher=")]
     for name in names:
-        if name not in (*HYDRA_LAUNCHERS, *ours):
-            valid = [*HYDRA_LAUNCHERS, *ours]
+        if name not in valid:
             raise GspoError(f"hydra/launcher={name}: no such launcher (available: {', '.join(valid)})"
                             f"{near_hint(name, valid)}")
-    _check_plugins(names)
+    for name in names:
+        base = next((p for p in PLUGINS if p in ours[name]), name) if name in ours else name  # ours: the one it builds on
+        plugin = next((PLUGINS[p] for p in PLUGINS if base.startswith(p)), None)
+        if plugin is not None and not plugin_installed(plugin):
+            extra = plugin.removeprefix("hydra_").removesuffix("_launcher")
+            raise GspoError(f"hydra/launcher={name} needs Hydra's {extra} launcher plugin, which is not installed: "
+                            f"pip install 'gspo[{extra}]'")
     if (n := given_jobs(overrides)) is None:
         return
     launcher = names[-1] if names else None
@@ -196,15 +200,3 @@ def given_jobs(overrides: list[str]) -> int | None:
         raise GspoError(f"{JOBS}{given[-1]}: must be a whole number of jobs run at once, >= 1 (or -1: one per core)")
     return n
 
-
-def _check_plugins(names: list[str]) -> None:
-    for name in names:
-        ours = resources.files("gspo.conf").joinpath("hydra", "launcher", f"{name}.yaml")
-        base = name
-        if ours.is_file():
-            base = next((p for p in PLUGINS if p in ours.read_text()), name)
-        plugin = next((PLUGINS[p] for p in PLUGINS if base.startswith(p)), None)
-        if plugin is not None and not plugin_installed(plugin):
-            extra = plugin.removeprefix("hydra_").removesuffix("_launcher")
-            raise GspoError(f"hydra/launcher={name} needs Hydra's {extra} launcher plugin, which is not installed: "
-                            f"pip install 'gspo[{extra}]'")

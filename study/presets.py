@@ -3,11 +3,9 @@ Imports nothing heavy: the CLI checks a preset's name before torch loads."""
 
 from __future__ import annotations
 
-from importlib import resources
-
 from omegaconf import OmegaConf
 
-from gspo.conf.choice_check import check_choice
+from gspo.conf.choice_check import check_choice, group_files
 from gspo.conf.errors import GspoError
 
 DEFAULT_PRESET = "compare"
@@ -15,8 +13,7 @@ DEFAULT_PRESET = "compare"
 
 def presets() -> dict[str, str]:
     """Preset name -> the text of its conf/sweep/<name>.yaml."""
-    root = resources.files("gspo.conf").joinpath("sweep")
-    return {p.name.removesuffix(".yaml"): p.read_text() for p in root.iterdir() if p.name.endswith(".yaml")}
+    return group_files("sweep")
 
 
 def pick_preset(overrides: list[str]) -> tuple[str, list[str]]:
