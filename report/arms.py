@@ -10,7 +10,8 @@ the key (report/comparable.py).
 Arm labels are short (GRPO, GSPO lr=0.0005): algorithm names as the papers write them, other keys by their
 last part; `legend_note` spells the keys out once. Comparisons (`pairs`) are made within strata: the first
 label key (the algorithm, when it differs) is compared at each value of the others, each arm against the
-first arm of its stratum (GSPO - GRPO at every learning rate of a learning-rate sweep).
+first arm of its stratum (GSPO - GRPO at every learning rate of a learning-rate sweep); an arm alone in its
+stratum, with the first arm of the nearest stratum that has one (RLOO - GRPO in a family preset).
 """
 
 from __future__ import annotations
@@ -124,7 +125,11 @@ def numeric_keys(arms: list[Arm]) -> list[str]:
 
 
 def pairs(arms: list[Arm]) -> list[tuple[Arm, Arm]]:
-    """(arm, its baseline): within each value of the other label keys, every arm against the stratum's first."""
+    """(arm, its baseline): within each value of the other label keys, every arm against the stratum's first. An arm
+    alone in its stratum (a preset whose other keys differ too: RLOO's adv_scale, CISPO's anchor, GSPO+TIS's
+    correction) is compared with the first arm of the nearest stratum that has a baseline (the fewest other keys
+    differing, the earliest on a tie), so every arm of a family preset is compared, and GSPO+TIS at lag 2 with GRPO
+    at lag 2, not at lag 0."""
     if len(arms) < 2:
         return []
     first = next(iter(arms[0].values), None)
@@ -132,5 +137,10 @@ def pairs(arms: list[Arm]) -> list[tuple[Arm, Arm]]:
     for arm in arms:
         rest = tuple((k, repr(v)) for k, v in arm.values.items() if k != first)
         strata.setdefault(rest, []).append(arm)
+    based = [rest for rest, group in strata.items() if len(group) > 1]
     out = [(arm, group[0]) for group in strata.values() for arm in group[1:]]
+    for rest, (arm, *others) in strata.items():
+        if not others and based and arm is not arms[0]:
+            near = min(based, key=lambda b: sum(x != y for x, y in zip(b, rest, strict=True)))  # min keeps the earliest tie
+            out.append((arm, strata[near][0]))
     return out or [(arm, arms[0]) for arm in arms[1:]]

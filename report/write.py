@@ -283,7 +283,7 @@ def _unplanned(planned: tuple[str, ...], compared: list, arms: list) -> list[str
     if len(named) > len(arms):
         return [head + "an arm's runs are missing; rerun the compare in its folder to run them before reading a claim."]
     return [head + f"all {len(arms)} registered arms have runs, and the page pairs them as their configs differ (each "
-            "arm against its stratum's first), where this plan.json's gspo paired them by their override strings."]
+            "arm against its stratum's first), where this plan.json's gspo paired them otherwise."]
 
 
 def _planned(heads: list[Headline], metric: str | None) -> str | None:

@@ -173,7 +173,7 @@ def comparisons(plan: Plan, configs: dict[str, dict] | None = None) -> list[str]
     """`arm vs baseline`, exactly as the report will pair the arms' runs: the report's own label keys and strata
     (report/arms.py) over each arm's composed config (`configs`: arm_configs(plan)), so the plan registers the
     page's comparisons. On override strings alone they can differ: algo=gspo_tis is GSPO with a correction, its own
-    stratum on the page (algo.correction.kind differs), not a third algorithm beside GRPO."""
+    stratum on the page (algo.correction.kind differs), compared with GRPO at its own lag as the nearest baseline."""
     configs = arm_configs(plan) if configs is None else configs
     if len(configs) < 2:
         return []

@@ -247,9 +247,15 @@ def test_separate_groups_are_not_told_they_lack_the_plans_comparisons(tmp_path):
 
 def test_the_plan_registers_the_comparisons_the_page_makes_from_the_arms_configs():
     """The staleness preset's GSPO+TIS (algo=gspo_tis: algo.name gspo with a TIS correction) is its own stratum on the
-    page, as algo.correction.kind differs: the plan registers GSPO - GRPO at each lag, the 4 comparisons the page
-    tests, not 8 from its override strings (seen: the page then said an arm's runs were missing when none was)."""
+    page, as algo.correction.kind differs, and alone in it: it is compared with GRPO at its own lag (the nearest
+    stratum's baseline), never at lag 0, after GSPO - GRPO at each lag. Every arm of family2026b, whose presets differ
+    in more keys than the algorithm's name (RLOO's adv_scale, CISPO's anchor, the corrections), is compared with GRPO:
+    singleton strata once left 6 of its 10 arms uncompared."""
     from gspo.study.plan import comparisons
     plan = make_plan(["+sweep=staleness", "seed=0"], preset="staleness", params=sweep_params("staleness"))
     assert len(plan.arms) == 12
-    assert comparisons(plan) == [f"rollout.lag={k} algo=gspo vs rollout.lag={k} algo=grpo" for k in (0, 1, 2, 4)]
+    assert comparisons(plan) == ([f"rollout.lag={k} algo=gspo vs rollout.lag={k} algo=grpo" for k in (0, 1, 2, 4)]
+                                 + [f"rollout.lag={k} algo=gspo_tis vs rollout.lag={k} algo=grpo" for k in (0, 1, 2, 4)])
+    family = make_plan(["+sweep=family2026b", "seed=0"], preset="family2026b", params=sweep_params("family2026b"))
+    arms = sweep_params("family2026b")["algo"].split(",")
+    assert sorted(comparisons(family)) == sorted(f"algo={a} vs algo=grpo" for a in arms[1:])
