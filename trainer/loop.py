@@ -128,7 +128,8 @@ def _train(cfg, run: RunDir, task: Task, benches: list, compute, log) -> Path:
     start = load_checkpoint(ckpt, optimizer, scheduler, precision, model) if ckpt else 0
     _open_run(cfg, run, ckpt, start, world, unrebuilt, log, None if ckpt else start_of(cfg, model))
     status, error, loggers, ctx = "failed", None, None, None
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in ENDING_SIGNALS}
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in ENDING_SIGNALS  # an ignored one stays ignored:
+                if signal.getsignal(sig) != signal.SIG_IGN}  # `nohup gspo train ...` asked to outlive its terminal
     try:
         loggers = Loggers(run, cfg, OmegaConf.to_container(cfg, resolve=True), log=log) if world.main else NullLoggers()
         engine = make_engine(cfg, model, tokenizer)
@@ -343,7 +344,8 @@ def _watch(detector: CollapseDetector, cfg, run: RunDir, step: int, row: dict, l
 
 
 # a scheduler's kill and a closed terminal (SIGHUP: the ssh session or the window that ran it went away) end a run
-# as Ctrl-C does: recorded interrupted, resumable, exit 128 + the signal
+# as Ctrl-C does: recorded interrupted, resumable, exit 128 + the signal; unless the run was started with the signal
+# ignored (nohup ignores SIGHUP): that choice is the user's, and the run outlives its terminal as asked
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 

@@ -59,7 +59,7 @@ def test_a_rebuilt_run_json_keeps_its_start(gspo, finished_run, tmp_path):
     assert "rebuilt" in after
 
 
-def test_sighup_ends_a_run_as_sigterm_does(gspo, tmp_path, monkeypatch):
+def _hup_at_step_1(monkeypatch):
     real = loop.train_step
 
     def step(n, *args, **kwargs):
@@ -68,12 +68,27 @@ def test_sighup_ends_a_run_as_sigterm_does(gspo, tmp_path, monkeypatch):
         return real(n, *args, **kwargs)
 
     monkeypatch.setattr(loop, "train_step", step)
-    result = gspo.invoke("train", "-q", *TINY, "train.steps=2", "train.eval_every=0", f"output_dir={tmp_path}",
-                         "run_id=r")
-    assert result.exit_code == 128 + signal.SIGHUP, (result.exception, result.output)
+
+
+@pytest.mark.parametrize("start", [signal.SIG_DFL, signal.SIG_IGN])
+def test_sighup_ends_a_run_as_sigterm_does_unless_nohup_ignored_it(gspo, tmp_path, monkeypatch, start):
+    """A closed terminal ends the run, recorded interrupted; a run started under nohup (SIGHUP ignored: the suite's
+    own process may be one) keeps ignoring it and finishes. Either way the handler it found is the one it leaves."""
+    _hup_at_step_1(monkeypatch)
+    outer = signal.signal(signal.SIGHUP, start)
+    try:
+        result = gspo.invoke("train", "-q", *TINY, "train.steps=2", "train.eval_every=0", f"output_dir={tmp_path}",
+                             "run_id=r")
+        left = signal.getsignal(signal.SIGHUP)
+    finally:
+        signal.signal(signal.SIGHUP, outer)
     info = json.loads((tmp_path / "r" / "run.json").read_text())
-    assert info["status"] == "interrupted" and "ended" in info  # was: "running", then read as dead
-    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # the handler is the run's alone
+    if start == signal.SIG_DFL:
+        assert result.exit_code == 128 + signal.SIGHUP, (result.exception, result.output)
+        assert info["status"] == "interrupted" and "ended" in info  # was: "running", then read as dead
+    else:
+        assert result.exit_code == 0 and info["status"] == "finished", (result.exception, result.output)
+    assert left == start  # the handler is the run's alone
 
 
 def test_a_dead_attempts_time_is_apart_from_the_runs_wall_time(tmp_path):
