@@ -265,6 +265,13 @@ MUTANTS += [
     Mutant("entropy-bonus-detached", "the update's entropy carries no gradient (the bonus moves no parameter)",
            (("trainer/model/logprobs.py", "    if entropy_grad:", "    if False:"),),
            ("tests/trainer/step/test_update.py::test_entropy_bonus_reaches_the_parameters",)),
+    Mutant("pairs-singleton-uncompared", "an arm alone in its stratum is compared with nothing (6 of family2026b's 10)",
+           (("report/arms.py", "        if not others and based and arm is not arms[0]:",
+             "        if False:"),),
+           ("tests/study/test_plan.py::test_the_plan_registers_the_comparisons_the_page_makes_from_the_arms_configs",)),
+    Mutant("pairs-singleton-farthest", "an arm alone in its stratum is compared with the first stratum's baseline, "
+           "whatever its lag", (("report/arms.py", "near = min(based, key=", "near = min(based[:1], key="),),
+           ("tests/study/test_plan.py::test_the_plan_registers_the_comparisons_the_page_makes_from_the_arms_configs",)),
 ]
 
 
