@@ -144,6 +144,39 @@ def test_ctrl_c_in_a_command_is_one_line_and_130(monkeypatch, capsys):
     assert _main(monkeypatch, capsys, "explain") == (130, ["interrupted: gspo explain stopped before it finished"])
 
 
+_ERROR_AFTER_CTRL_C = """
+import os, signal, sys, time
+import gspo.cli.main as cli
+
+def run():  # a library the Ctrl-C broke mid-import raises its own error, the interrupt lost on the way
+    if {ctrl_c}:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+    raise RuntimeError("Failed to import transformers.models.qwen3.modeling_qwen3: maximum recursion depth exceeded")
+
+cli.main = run
+sys.argv = ["gspo", "train", "seed=1"]
+from gspo.cli.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_an_error_a_ctrl_c_caused_is_the_interrupts_one_line_and_any_other_a_traceback(ctrl_c):
+    """Seen in CI with accelerate installed (trl's dependency): a Ctrl-C at 1 s landed in numpy's lazy import of
+    numpy.dtypes, which became a RecursionError that transformers re-raised as its own: a 60-line traceback and exit 1
+    where the interrupt's one line and 130 belong. Without a Ctrl-C the same error stays a traceback (a real bug)."""
+    done = subprocess.run([sys.executable, "-c", _ERROR_AFTER_CTRL_C.format(ctrl_c=ctrl_c)], capture_output=True,
+                          text=True, timeout=120)
+    if ctrl_c:
+        assert (done.returncode, done.stderr.splitlines()) == (130, ["interrupted: gspo train stopped before it finished"])
+    else:
+        assert done.returncode == 1 and "RuntimeError: Failed to import" in done.stderr
+
+
 def test_a_real_ctrl_c_at_any_moment_of_the_first_seconds_is_one_line():
     for delay in (1.0, 3.0):
         proc = subprocess.Popen([CONSOLE_SCRIPT, "train", "train.steps=1", "output_dir=/nonexistent-i59"],
