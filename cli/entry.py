@@ -8,7 +8,6 @@ imports nothing heavy, and nothing of the project until the line is out.
 
 from __future__ import annotations
 
-import signal
 import sys
 
 SLOW = ("train", "sweep", "compare", "report", "eval", "grade", "export-hf", "fetch")  # commands that import torch or pandas
@@ -25,45 +24,30 @@ def first_line(argv: list[str]) -> str | None:
     return f"gspo {command}: starting (loading torch and its libraries: seconds on a quiet machine, minutes on a busy one)"
 
 
-_SIGINT = {"seen": False}
-
-
-def sigint_seen() -> bool:
-    """Whether the user pressed Ctrl-C in this process: an exception that escapes after it is the interrupt's, seen
-    through a library it broke mid-import (with accelerate installed, a KeyboardInterrupt inside numpy's lazy
-    `numpy.dtypes` import became a RecursionError that transformers re-raised as its own error: a 60-line
-    traceback where the interrupt's one line belongs)."""
-    return _SIGINT["seen"]
-
-
-def _on_sigint(signum, frame):
-    _SIGINT["seen"] = True
-    raise KeyboardInterrupt
-
-
 def main() -> None:
     """A Ctrl-C while the libraries load (the first seconds of every command) is one line and exit 130, as one
     during the command is (gspo.cli.main.main): never an import's traceback, nor that of an error it caused."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Python's own: ours records it, then the same
-        signal.signal(signal.SIGINT, _on_sigint)
-    command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
     try:
         line = first_line(sys.argv[1:])
         if line and sys.stderr.isatty():
             print(line, file=sys.stderr, flush=True)
-        from gspo.cli.main import main as run
-    except BaseException as e:
-        if not isinstance(e, KeyboardInterrupt) and not sigint_seen():
-            raise
-        _said(f"interrupted: gspo {command} stopped while loading its libraries; nothing was written")
+        from gspo.conf.errors import sigint_seen, watch_sigint  # light: before torch and transformers
+    except KeyboardInterrupt:
+        _loading_interrupted()
+    watch_sigint()
     try:
-        run()
-    except Exception:  # not a KeyboardInterrupt (gspo.cli.main.main says those): an error a Ctrl-C caused
+        from gspo.cli.main import main as run
+    except KeyboardInterrupt:
+        _loading_interrupted()
+    except Exception:
         if not sigint_seen():
             raise
-        _said(f"interrupted: gspo {command} stopped before it finished")
+        _loading_interrupted()
+    run()
 
 
-def _said(line: str) -> None:
-    print(line.replace("  ", " "), file=sys.stderr, flush=True)
+def _loading_interrupted() -> None:
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+    print(f"interrupted: gspo {command} stopped while loading its libraries; nothing was written".replace("  ", " "),
+          file=sys.stderr, flush=True)
     sys.exit(130)

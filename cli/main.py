@@ -23,7 +23,7 @@ from gspo.cli.grade import grade_app
 from gspo.cli.report import report_cmd
 from gspo.conf.choice_check import group_files
 from gspo.conf.environment import check_hf_endpoint
-from gspo.conf.errors import GspoError, interrupt_said, is_rank0, one_line_errors
+from gspo.conf.errors import GspoError, interrupt_said, is_rank0, one_line_errors, sigint_seen
 from gspo.conf.schema import Config
 
 app = typer.Typer(
@@ -319,6 +319,10 @@ def main() -> None:
         if interrupt is None:
             raise
         _interrupted(interrupt)
+    except Exception:  # an error a Ctrl-C caused in a library it interrupted (conf/errors.py sigint_seen)
+        if not sigint_seen():
+            raise
+        _interrupted(KeyboardInterrupt())
 
 
 def _interrupt_of(e: BaseException) -> KeyboardInterrupt | None:

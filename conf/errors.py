@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,6 +83,29 @@ def interrupt_said(e: BaseException, *, mark: bool = False) -> bool:
     if mark:
         e.gspo_said = True  # type: ignore[attr-defined]
     return bool(getattr(e, "gspo_said", False))
+
+
+_SIGINT = {"seen": False}
+
+
+def watch_sigint() -> None:
+    """Record a Ctrl-C (then raise KeyboardInterrupt, as Python's own handler does), so that an exception escaping
+    after it is read as the interrupt's (`sigint_seen`). Only over Python's own handler: one a caller set stays."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _on_sigint(signum, frame):
+    _SIGINT["seen"] = True
+    raise KeyboardInterrupt
+
+
+def sigint_seen() -> bool:
+    """Whether the user pressed Ctrl-C in this process (under `watch_sigint`): an exception that escapes after it
+    is the interrupt's, seen through a library it broke mid-import (with accelerate installed, a KeyboardInterrupt
+    inside numpy's lazy `numpy.dtypes` import became a RecursionError that transformers re-raised as its own error:
+    a 60-line traceback where the interrupt's one line belongs)."""
+    return _SIGINT["seen"]
 
 
 def is_rank0() -> bool:

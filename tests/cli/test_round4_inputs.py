@@ -157,7 +157,7 @@ def run():  # a library the Ctrl-C broke mid-import raises its own error, the in
             pass
     raise RuntimeError("Failed to import transformers.models.qwen3.modeling_qwen3: maximum recursion depth exceeded")
 
-cli.main = run
+cli.app = run  # the command (Typer's app) raises: cli.main.main and the console script around it are real
 sys.argv = ["gspo", "train", "seed=1"]
 from gspo.cli.entry import main
 main()
